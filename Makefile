@@ -1,0 +1,29 @@
+# One entry point for people and CI. Each target creates .venv when it is missing.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test check lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)  ## run `cronbus server` with the demo app on an embedded SQLite file
+	$(VENV)/bin/cronbus server --app cronbus.demo:app --store sqlite:///./demo.db
+
+test: $(STAMP)  ## lint, type-check and run the whole test suite
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(PY) -m pytest -q
+
+check: test
+
+bench: $(STAMP)  ## print throughput and latency figures
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo.db*

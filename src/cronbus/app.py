@@ -1,0 +1,248 @@
+"""The application object: tasks, the store, and the lifecycle that opens and closes them."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import replace
+from types import TracebackType
+from typing import Any, TypeVar, overload
+
+from .clock import Clock, SystemClock
+from .config import Settings
+from .errors import ConfigurationError, CronbusError, UnknownTaskError
+from .portal import Portal
+from .retry import Retry
+from .store import Store, default_url, open_store
+from .task import Isolation, Task
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("cronbus.app")
+Hook = Callable[["App"], Awaitable[None] | None]
+
+
+class App:
+    """Tasks and the store they share.
+
+    Nothing starts at construction or import: open the app with ``with app:`` in sync code or
+    ``async with app:`` in async code, or let ``cronbus worker|server --app`` open it.
+    """
+
+    def __init__(
+        self,
+        store: str | Store | None = None,
+        *,
+        lease_seconds: float | None = None,
+        settings: Settings | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._store_arg = store
+        self._store: Store | None = None
+        self.settings = (settings or Settings.load()).with_overrides(lease_seconds=lease_seconds)
+        self.clock: Clock = clock or SystemClock()
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self._startup: list[Hook] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._portal: Portal | None = None
+        self._opened = 0
+
+    def __repr__(self) -> str:
+        return f"<App store={self.store_url!r} tasks={len(self.tasks)}>"
+
+    @property
+    def store_url(self) -> str:
+        """The URL of the store this app uses."""
+        if isinstance(self._store_arg, str):
+            return self._store_arg
+        if self._store_arg is not None:
+            return self._store_arg.url
+        return default_url()
+
+    def use_store(self, store: str | Store) -> None:
+        """Point a closed app at another store (the CLI's ``--store`` does this)."""
+        if self._store is not None:
+            raise ConfigurationError("the app is open; close it before changing its store")
+        self._store_arg = store
+
+    @property
+    def store(self) -> Store:
+        """The open store."""
+        if self._store is None:
+            raise CronbusError(
+                "the app is not open: wrap your code in `with app:` or `async with app:`"
+            )
+        return self._store
+
+    # -- tasks ---------------------------------------------------------------------------------
+    @overload
+    def task(self, fn: F, /) -> Task[Any, Any]: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        retries: int | Retry | None = None,
+        timeout: float | None = None,
+        priority: int = 0,
+        isolation: Isolation | None = None,
+        retry_on: Sequence[type[BaseException]] | None = None,
+    ) -> Callable[[F], Task[Any, Any]]: ...
+
+    def task(
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        retries: int | Retry | None = None,
+        timeout: float | None = None,
+        priority: int = 0,
+        isolation: Isolation | None = None,
+        retry_on: Sequence[type[BaseException]] | None = None,
+    ) -> Task[Any, Any] | Callable[[F], Task[Any, Any]]:
+        """Register a function as a task; use bare (``@app.task``) or with options.
+
+        ``retries`` is a count or a :class:`Retry` policy; ``retry_on`` limits retries to these
+        exception types; ``timeout`` is the maximum execution time in seconds; ``isolation`` is
+        ``"thread"`` (default for sync functions), ``"async"`` (default for coroutines) or
+        ``"process"`` (a child process that can be killed).
+        """
+
+        def register(function: F) -> Task[Any, Any]:
+            if not callable(function):
+                raise ConfigurationError(f"@app.task needs a function, got {function!r}")
+            policy = Retry.coerce(retries)
+            if retry_on is not None:
+                policy = replace(policy, retry_on=tuple(retry_on))
+            task: Task[Any, Any] = Task(
+                self,
+                function,
+                name=name,
+                queue=queue,
+                retry=policy,
+                timeout=timeout,
+                priority=priority,
+                isolation=isolation,
+            )
+            if task.name in self.tasks:
+                raise ConfigurationError(f"two tasks are named {task.name!r}; give one a name=")
+            self.tasks[task.name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    def get_task(self, name: str) -> Task[Any, Any]:
+        """The task registered under ``name``."""
+        try:
+            return self.tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise UnknownTaskError(f"no task named {name!r} (known: {known})") from None
+
+    def on_startup(self, hook: Hook) -> Hook:
+        """Call ``hook(app)`` (sync or async) when a worker or server of this app starts."""
+        self._startup.append(hook)
+        return hook
+
+    async def run_startup_hooks(self) -> None:
+        """Run the ``on_startup`` hooks, in order."""
+        for hook in self._startup:
+            result = hook(self)
+            if inspect.isawaitable(result):
+                await result
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def open_async(self) -> None:
+        """Open the store (applying migrations) on the running loop. Nests."""
+        self._opened += 1
+        if self._store is not None:
+            return
+        store = (
+            open_store(self._store_arg or default_url())
+            if self._store_arg is None or isinstance(self._store_arg, str)
+            else self._store_arg
+        )
+        try:
+            await store.open()
+        except BaseException:
+            self._opened -= 1
+            raise
+        self._store = store
+        self._loop = asyncio.get_running_loop()
+
+    async def close_async(self) -> None:
+        """Close the store when the outermost open ends."""
+        self._opened = max(0, self._opened - 1)
+        if self._opened or self._store is None:
+            return
+        store, self._store, self._loop = self._store, None, None
+        await store.close()
+
+    async def __aenter__(self) -> App:
+        await self.open_async()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close_async()
+
+    def __enter__(self) -> App:
+        if self._store is not None:
+            self._opened += 1
+            return self
+        portal = Portal()
+        try:
+            portal.call(self.open_async())
+        except BaseException:
+            portal.stop()
+            raise
+        self._portal = portal
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        portal = self._portal
+        if portal is None or self._opened > 1:
+            self._opened = max(0, self._opened - 1)
+            return
+        try:
+            portal.call(self.close_async())
+        finally:
+            self._portal = None
+            portal.stop()
+
+    def blocking(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine of this app from sync code, on the loop the app was opened on."""
+        loop = self._loop
+        if loop is None:
+            coro.close()
+            raise CronbusError(
+                "the app is not open: wrap your code in `with app:` or `async with app:`"
+            )
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            coro.close()
+            raise CronbusError(
+                "a blocking cronbus call was made on the app's own event loop; "
+                "use the `_async` form with await (for example `await task.defer_async(...)`)"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()

@@ -1,0 +1,72 @@
+"""The exceptions cronbus raises, under one root.
+
+::
+
+    CronbusError
+    ├── ConfigurationError        a setting, URL or option is wrong
+    │   └── StoreURLError         a store URL cannot be understood
+    ├── SerializationError        an argument or result is not JSON
+    ├── InvalidArgumentError      an option or argument is out of range or of the wrong kind
+    ├── UnknownTaskError          no task of that name is registered
+    ├── RunNotFoundError          no run has that id
+    ├── InvalidTransitionError    a state change the run state machine forbids
+    ├── StoreError                the store failed or holds an unexpected schema
+    ├── RunTimeoutError           ``RunHandle.wait`` gave up before the run ended
+    └── RunFailedError            a run ended without success (raised by ``testing``)
+
+Tasks may raise :class:`Abort` to fail without retries; it is not a ``CronbusError`` because it
+belongs to user code, not to cronbus.
+"""
+
+from __future__ import annotations
+
+
+class CronbusError(Exception):
+    """Something went wrong in cronbus."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (type(self).__doc__ or "").strip())
+
+
+class ConfigurationError(CronbusError):
+    """A setting, URL or option is wrong."""
+
+
+class StoreURLError(ConfigurationError):
+    """The store URL cannot be understood; use sqlite:///path.db or postgresql://..."""
+
+
+class SerializationError(CronbusError, TypeError):
+    """A value is not JSON; arguments and results must be JSON values."""
+
+
+class UnknownTaskError(CronbusError, LookupError):
+    """No task of that name is registered in the app."""
+
+
+class RunNotFoundError(CronbusError, LookupError):
+    """No run has that id."""
+
+
+class InvalidTransitionError(CronbusError):
+    """The run state machine forbids this change of state."""
+
+
+class StoreError(CronbusError):
+    """The store failed or holds a schema this version does not know."""
+
+
+class RunTimeoutError(CronbusError, TimeoutError):
+    """The run did not end before the wait timed out."""
+
+
+class RunFailedError(CronbusError):
+    """The run ended without success."""
+
+
+class Abort(Exception):
+    """Raise from a task to fail its run at once, without retries (it becomes dead)."""
+
+
+class InvalidArgumentError(CronbusError, ValueError):
+    """An argument given to cronbus is out of range or of the wrong kind."""

@@ -1,0 +1,181 @@
+"""Sharing one claim batch among the queues a worker serves.
+
+A worker serves several queues, each with a weight (``"emails,reports:3"``). When it has
+``limit`` free slots it asks the store for runs, and :func:`plan_shares` says how many to take
+from each queue, so that a busy queue cannot starve the others (isolation, invariant 5):
+
+* when there are at least as many slots as queues, every queue gets one slot and the slots are
+  split in proportion to the weights (largest remainder, exact integer arithmetic);
+* when there are fewer slots than queues, one slot goes to each of ``limit`` queues, and the
+  window of served queues moves with ``rotation`` so that every queue is served within
+  ``len(queues)`` consecutive claims.
+
+The plan is listed starting at ``rotation % len(queues)``: ties go to the queues that come first,
+and a store that hands a queue's unused slots to the queues after it spreads them fairly too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from .errors import ConfigurationError
+
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+MAX_QUEUE_NAME = 100
+_WEIGHT = re.compile(r"[0-9]+")
+
+Queues = tuple[tuple[str, int], ...]
+
+
+def parse_queues(spec: str | Sequence[str]) -> Queues:
+    """Parse ``"a,b:3,c"`` (or ``["a", "b:3", "c"]``) into ``(("a", 1), ("b", 3), ("c", 1))``.
+
+    A weight follows a colon and defaults to 1. Items of a sequence may hold commas too, so a
+    repeated command-line option and a comma-separated one read the same. Raises
+    :class:`~cronbus.errors.ConfigurationError` on an empty, malformed or repeated name and on a
+    weight that is not a whole number >= 1.
+    """
+    items = _split(spec)
+    queues: list[tuple[str, int]] = []
+    seen: set[str] = set()
+    for item in items:
+        name, weight = _parse_item(item.strip())
+        if name in seen:
+            raise ConfigurationError(f"queue {name!r} is listed twice in {_show(spec)}")
+        seen.add(name)
+        queues.append((name, weight))
+    return tuple(queues)
+
+
+def plan_shares(
+    queues: Sequence[tuple[str, int]], limit: int, rotation: int
+) -> list[tuple[str, int]]:
+    """Split ``limit`` claim slots among weighted ``queues``; the shares sum to ``limit``.
+
+    ``rotation`` is a counter the worker increments on every claim. The result lists only the
+    queues with at least one slot, starting at ``rotation % len(queues)``. Raises ``ValueError``
+    on a negative ``limit``, no queues, a weight below 1 or a repeated name: these are bugs in
+    the caller, since :func:`parse_queues` refuses them at the edge.
+    """
+    _check_plan(queues, limit)
+    if limit == 0:
+        return []
+    ordered = _rotate(queues, rotation)
+    if limit < len(ordered):
+        return [(name, 1) for name, _ in ordered[:limit]]
+    shares = _apportion(ordered, limit)
+    return [(name, shares[name]) for name, _ in ordered]
+
+
+def _split(spec: str | Sequence[str]) -> list[str]:
+    """Split a spec into ``name[:weight]`` items, refusing one that names no queue at all."""
+    if isinstance(spec, str):
+        parts = spec.split(",")
+    else:
+        parts = []
+        for item in spec:
+            if not isinstance(item, str):
+                raise ConfigurationError(f"queue entries must be strings, got {item!r}")
+            parts.extend(item.split(","))
+    if not parts or all(not part.strip() for part in parts):
+        raise ConfigurationError(f"no queue given in {_show(spec)}; write e.g. 'default,emails:3'")
+    return parts
+
+
+def _parse_item(item: str) -> tuple[str, int]:
+    """Parse one ``name`` or ``name:weight``."""
+    name, colon, raw_weight = item.partition(":")
+    name = name.strip()
+    _check_name(name, item)
+    weight = _parse_weight(raw_weight.strip(), item) if colon else 1
+    return name, weight
+
+
+def _check_name(name: str, item: str) -> None:
+    """Refuse an empty, too long or oddly spelled queue name."""
+    if not name:
+        raise ConfigurationError(f"empty queue name in {item!r}; check for a stray comma")
+    if len(name) > MAX_QUEUE_NAME:
+        raise ConfigurationError(
+            f"queue name {name[:20]!r}... is {len(name)} characters; the limit is {MAX_QUEUE_NAME}"
+        )
+    if not QUEUE_NAME.fullmatch(name):
+        raise ConfigurationError(
+            f"queue name {name!r} may only hold letters, digits, '_', '.' and '-'"
+        )
+
+
+def _parse_weight(raw: str, item: str) -> int:
+    """Parse a weight: a whole number >= 1, in ASCII digits."""
+    # int() alone would accept "+3", "3_0" and non-ASCII digits; a weight is plainer than that.
+    if not _WEIGHT.fullmatch(raw):
+        raise ConfigurationError(f"queue weight in {item!r} must be a whole number >= 1")
+    try:
+        weight = int(raw)
+    except ValueError:  # more digits than int() converts
+        raise ConfigurationError(f"queue weight in {item[:40]!r} is too large") from None
+    if weight < 1:
+        raise ConfigurationError(f"queue weight in {item!r} must be >= 1, got {weight}")
+    return weight
+
+
+def _show(spec: str | Sequence[str]) -> str:
+    """Render a spec for an error message."""
+    return repr(spec if isinstance(spec, str) else ",".join(map(str, spec)))
+
+
+def _check_plan(queues: Sequence[tuple[str, int]], limit: int) -> None:
+    """Refuse arguments that :func:`parse_queues` would never produce."""
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    if not queues:
+        raise ValueError("no queues to share the claim among")
+    names = [name for name, _ in queues]
+    if len(set(names)) != len(names):
+        raise ValueError(f"queue names must be unique, got {names}")
+    if any(weight < 1 for _, weight in queues):
+        raise ValueError(f"queue weights must be >= 1, got {list(queues)}")
+
+
+def _rotate(queues: Sequence[tuple[str, int]], rotation: int) -> list[tuple[str, int]]:
+    """The queues, starting at ``rotation % len(queues)``."""
+    start = rotation % len(queues)
+    return [*queues[start:], *queues[:start]]
+
+
+def _apportion(ordered: list[tuple[str, int]], limit: int) -> dict[str, int]:
+    """Weighted shares of ``limit >= len(ordered)`` slots, every queue getting at least one.
+
+    A queue whose proportional quota is below one slot gets exactly one; the rest are shared
+    again among the others. That can push another queue below one, hence the loop; it ends
+    because the remaining quotas always sum to at least the number of remaining queues.
+    """
+    shares: dict[str, int] = {}
+    rest, left = ordered, limit
+    while True:
+        total = sum(weight for _, weight in rest)
+        small = [name for name, weight in rest if left * weight < total]
+        if not small:
+            break
+        shares.update(dict.fromkeys(small, 1))
+        rest = [(name, weight) for name, weight in rest if name not in shares]
+        left -= len(small)
+    shares.update(_largest_remainder(rest, left))
+    return shares
+
+
+def _largest_remainder(ordered: list[tuple[str, int]], limit: int) -> dict[str, int]:
+    """Hamilton's method: floors of the exact quotas, then the leftover slots by remainder.
+
+    Integers only, so equal weights always tie exactly; ties go to the queue listed first, which
+    the rotation moves from one claim to the next.
+    """
+    total = sum(weight for _, weight in ordered)
+    shares = {name: limit * weight // total for name, weight in ordered}
+    leftover = limit - sum(shares.values())
+    # sorted() is stable, so among equal remainders the rotated order decides.
+    by_remainder = sorted(ordered, key=lambda q: -(limit * q[1] % total))
+    for name, _ in by_remainder[:leftover]:
+        shares[name] += 1
+    return shares

@@ -1,0 +1,79 @@
+"""Stores: where cronbus keeps its only shared state.
+
+``open_store(url)`` picks the backend from the URL scheme:
+
+- ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` or ``sqlite:///:memory:``;
+  options as a query string: ``?synchronous=normal`` (default ``full``), ``busy_timeout=30``.
+- ``postgresql://...`` (a later release).
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import parse_qsl, urlsplit
+
+from ..errors import StoreURLError
+from .base import CONTROL_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener, Store
+from .sqlite import SQLiteStore
+
+DEFAULT_URL = "sqlite:///./cronbus.db"
+_SYNCHRONOUS = {"off", "normal", "full", "extra"}
+
+__all__ = [
+    "CONTROL_CHANNEL",
+    "DEFAULT_URL",
+    "RUNS_CHANNEL",
+    "HeldAttempt",
+    "Listener",
+    "SQLiteStore",
+    "Store",
+    "default_url",
+    "open_store",
+]
+
+
+def default_url() -> str:
+    """``CRONBUS_STORE`` when set, else an SQLite file in the current folder."""
+    return os.environ.get("CRONBUS_STORE") or DEFAULT_URL
+
+
+def open_store(url: str) -> Store:
+    """Build (not yet open) the store that ``url`` names."""
+    if not isinstance(url, str) or not url.strip():
+        raise StoreURLError("the store URL is empty; use sqlite:///path.db or postgresql://...")
+    parts = urlsplit(url.strip())
+    if parts.scheme == "sqlite":
+        return _sqlite(url, parts.netloc, parts.path, parts.query)
+    if parts.scheme in ("postgres", "postgresql"):
+        raise StoreURLError(
+            f"store URL {url!r}: the PostgreSQL store is not in this version; use sqlite:///path.db"
+        )
+    raise StoreURLError(
+        f"store URL {url!r} has an unknown scheme {parts.scheme!r}: "
+        "use sqlite:///path.db or postgresql://user@host/db"
+    )
+
+
+def _sqlite(url: str, netloc: str, path: str, query: str) -> SQLiteStore:
+    if netloc:
+        raise StoreURLError(
+            f"store URL {url!r}: an SQLite URL has three slashes before a relative path "
+            "(sqlite:///cronbus.db) and four before an absolute one (sqlite:////var/cronbus.db)"
+        )
+    path = path[1:] if path.startswith("/") else path
+    if not path:
+        raise StoreURLError(f"store URL {url!r} names no file: use sqlite:///cronbus.db")
+    options = dict(parse_qsl(query, keep_blank_values=True))
+    synchronous = options.pop("synchronous", "full").lower()
+    if synchronous not in _SYNCHRONOUS:
+        raise StoreURLError(
+            f"store URL {url!r}: synchronous={synchronous!r} is not one of "
+            f"{', '.join(sorted(_SYNCHRONOUS))}"
+        )
+    try:
+        busy_timeout = float(options.pop("busy_timeout", "30"))
+    except ValueError:
+        raise StoreURLError(f"store URL {url!r}: busy_timeout must be seconds") from None
+    if options:
+        raise StoreURLError(f"store URL {url!r}: unknown option(s) {', '.join(sorted(options))}")
+    return SQLiteStore(path, synchronous=synchronous, busy_timeout=busy_timeout, url=url)

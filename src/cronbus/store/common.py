@@ -1,0 +1,53 @@
+"""Store logic shared by every backend: pure decisions, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model import Lane, Outcome
+from ..states import AttemptOutcome, RunEvent, RunState, transition
+
+LEASE_EXPIRED = "LeaseExpired"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finish:
+    """How a run's row changes when one of its attempts ends."""
+
+    state: RunState
+    eta: float
+    lane: Lane
+    used: int
+    lost: int
+    finished_at: float | None
+
+
+def finish(state: RunState, outcome: Outcome, eta: float, now: float) -> Finish:
+    """Decide a run's next state from its current one and how its attempt ended.
+
+    ``eta`` is the run's current due time; it changes only when a retry is scheduled.
+    """
+    used = 1 if outcome.counts else 0
+    lost = 0 if outcome.counts else 1
+    lane = Lane.FRESH
+    if outcome.outcome is AttemptOutcome.SUCCEEDED:
+        new = transition(state, RunEvent.SUCCEED)
+    elif outcome.outcome is AttemptOutcome.LOST:
+        new = transition(state, RunEvent.LOSE)
+        eta = min(eta, now)
+    else:
+        new = transition(state, RunEvent.FAIL)
+        if new is RunState.FAILED:
+            if outcome.retry_at is None:
+                new = transition(new, RunEvent.GIVE_UP)
+            else:
+                new = transition(new, RunEvent.RETRY)
+                eta, lane = outcome.retry_at, Lane.RETRY
+    return Finish(
+        state=new,
+        eta=eta,
+        lane=lane,
+        used=used,
+        lost=lost,
+        finished_at=now if new.terminal else None,
+    )

@@ -1,0 +1,692 @@
+"""The embedded store: one SQLite file in WAL mode, shared by the processes of one machine.
+
+Every call runs on one thread that owns one connection, so the event loop never blocks on disk.
+Writes take the database lock up front (``BEGIN IMMEDIATE``): a claim is one transaction that
+reads and updates, and no other writer can slip between the two. Batches are executed with
+``executemany`` and ids are read from ``sqlite_sequence`` while the lock is held, because
+AUTOINCREMENT ids inside one write transaction are consecutive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
+
+from ..errors import RunNotFoundError, StoreError
+from ..model import (
+    Attempt,
+    ClaimedRun,
+    ClaimRequest,
+    Deferred,
+    ErrorInfo,
+    Lane,
+    NewRun,
+    Outcome,
+    Run,
+    RunFilter,
+    WorkerInfo,
+    WorkerState,
+)
+from ..states import AttemptOutcome, RunEvent, RunState, transition
+from . import migrations
+from . import sqlite_sql as q
+from .base import CONTROL_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener
+from .common import LEASE_EXPIRED, finish
+from .wake import WakeHub
+
+T = TypeVar("T")
+_WAKEUP_CACHE_SECONDS = 1.0
+_REAP_BATCH = 1000
+Row = tuple[Any, ...]
+
+
+class SQLiteStore:
+    """A :class:`~cronbus.store.base.Store` on one SQLite file."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str = "full",
+        busy_timeout: float = 30.0,
+        url: str | None = None,
+    ) -> None:
+        self.path = path
+        self.url = url or f"sqlite:///{path}"
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._hub = WakeHub()
+        self._registered: frozenset[str] = frozenset()
+        self._wakeups: list[tuple[str, frozenset[str]]] = []
+        self._wakeups_read = 0.0
+
+    # -- plumbing ------------------------------------------------------------------------------
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._executor is None:
+            raise StoreError("the store is not open; use `async with app:` or `with app:`")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, partial(fn, *args))
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        assert self._conn is not None
+        return self._conn
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._db
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    async def open(self) -> None:
+        """Open the file (creating it), switch to WAL and apply pending migrations."""
+        if self._executor is not None:
+            return
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="cronbus-sqlite")
+        try:
+            await self._call(self._connect)
+            await self._call(self._migrate)
+        except sqlite3.Error as exc:
+            await self.close()
+            raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
+        except BaseException:
+            await self.close()
+            raise
+
+    def _connect(self) -> None:
+        directory = os.path.dirname(self.path)
+        if self.path != ":memory:" and directory and not os.path.isdir(directory):
+            raise StoreError(f"cannot open SQLite store {self.path!r}: no folder {directory!r}")
+        conn = sqlite3.connect(
+            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        self._conn = conn
+
+    def _migrate(self) -> None:
+        conn = self._db
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS cronbus_migrations "
+            "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+        )
+        known = migrations.load("sqlite")
+        with self._write():
+            row = conn.execute("SELECT coalesce(max(version), 0) FROM cronbus_migrations")
+            current = int(row.fetchone()[0])
+            if known and current > known[-1].version:
+                raise StoreError(
+                    f"the store's schema is version {current}, newer than this cronbus knows "
+                    f"({known[-1].version}); upgrade cronbus"
+                )
+            for migration in known:
+                if migration.version > current:
+                    for statement in _statements(migration.sql):
+                        conn.execute(statement)
+                    conn.execute(
+                        "INSERT INTO cronbus_migrations VALUES (?, ?, ?)",
+                        (migration.version, migration.name, time.time()),
+                    )
+
+    async def close(self) -> None:
+        """Unregister wake-ups and close the connection."""
+        if self._executor is None:
+            return
+        if self._hub.bound and self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._call(self._forget_wakeup)
+        self._hub.close()
+        if self._conn is not None:
+            await self._call(self._db.close)
+            self._conn = None
+        self._executor.shutdown(wait=True)
+        self._executor = None
+
+    async def schema_version(self) -> int:
+        """The newest migration applied."""
+
+        def read() -> int:
+            (version,) = self._db.execute("SELECT max(version) FROM cronbus_migrations").fetchone()
+            return int(version or 0)
+
+        return await self._call(read)
+
+    # -- defer ---------------------------------------------------------------------------------
+    async def defer(self, runs: Sequence[NewRun], now: float) -> list[Deferred]:
+        """Create runs in one transaction; known idempotency keys return their run."""
+        if not runs:
+            return []
+        result = await self._call(self._defer, runs, now)
+        await self.notify([RUNS_CHANNEL])
+        return result
+
+    def _defer(self, runs: Sequence[NewRun], now: float) -> list[Deferred]:
+        out: list[Deferred | None] = [None] * len(runs)
+        payloads: list[tuple[int, str, str]] = []
+        with self._write() as conn:
+            plain = [i for i, run in enumerate(runs) if run.idempotency_key is None]
+            if plain:
+                first = _sequence(conn, "runs") + 1
+                conn.executemany(q.INSERT_RUN, [_run_row(runs[i], now) for i in plain])
+                if _sequence(conn, "runs") != first + len(plain) - 1:
+                    raise StoreError("run ids were not consecutive inside one transaction")
+                for offset, i in enumerate(plain):
+                    out[i] = Deferred(id=first + offset, created=True)
+                    payloads.append((first + offset, runs[i].args_json, runs[i].kwargs_json))
+            for i, run in enumerate(runs):
+                if run.idempotency_key is None:
+                    continue
+                row = conn.execute(q.INSERT_KEYED_RUN, _run_row(run, now)).fetchone()
+                if row is None:
+                    (existing,) = conn.execute(q.RUN_BY_KEY, (run.idempotency_key,)).fetchone()
+                    out[i] = Deferred(id=existing, created=False)
+                else:
+                    out[i] = Deferred(id=row[0], created=True)
+                    payloads.append((row[0], run.args_json, run.kwargs_json))
+            conn.executemany(q.INSERT_PAYLOAD, payloads)
+        return [d for d in out if d is not None]
+
+    # -- claim ---------------------------------------------------------------------------------
+    async def claim(self, request: ClaimRequest, now: float) -> list[ClaimedRun]:
+        """Promote due runs, then claim up to ``request.limit`` of them under a lease."""
+        if request.limit <= 0 or not request.queues:
+            return []
+        return await self._call(self._claim, request, now)
+
+    def _claim(self, request: ClaimRequest, now: float) -> list[ClaimedRun]:
+        with self._write() as conn:
+            conn.execute(q.PROMOTE_DUE, {"now": now})
+            rows = self._pick(conn, request)
+            if not rows:
+                return []
+            first = _sequence(conn, "attempts") + 1
+            conn.executemany(
+                q.INSERT_ATTEMPT,
+                [(row[0], row[1] + 1, request.worker_id, now) for row in rows],
+            )
+            expires = now + request.lease_seconds
+            conn.executemany(
+                q.START_RUN,
+                [
+                    (request.worker_id, expires, first + i, now, row[0])
+                    for i, row in enumerate(rows)
+                ],
+            )
+            ids = json.dumps([row[0] for row in rows])
+            payload = {r[0]: (r[1], r[2]) for r in conn.execute(q.PAYLOADS, (ids,))}
+        claimed = []
+        for i, (run_id, _attempts, used, task, queue, max_attempts, timeout, eta) in enumerate(
+            rows
+        ):
+            args, kwargs = payload.get(run_id, ("[]", "{}"))
+            claimed.append(
+                ClaimedRun(
+                    run_id=run_id,
+                    attempt_id=first + i,
+                    attempt=used + 1,
+                    task=task,
+                    queue=queue,
+                    args_json=args,
+                    kwargs_json=kwargs,
+                    max_attempts=max_attempts,
+                    timeout=timeout,
+                    eta=eta,
+                )
+            )
+        return claimed
+
+    def _pick(self, conn: sqlite3.Connection, request: ClaimRequest) -> list[Row]:
+        """Each queue's share first, then what is left to the queues that had more."""
+        picked: list[Row] = []
+        full = []
+        for share in request.queues:
+            rows = conn.execute(
+                q.SELECT_READY,
+                {
+                    "queue": share.name,
+                    "worker": request.worker_id,
+                    "limit": share.limit,
+                    "offset": 0,
+                },
+            ).fetchall()
+            picked.extend(rows)
+            if len(rows) == share.limit:
+                full.append(share)
+        for share in full:
+            left = request.limit - len(picked)
+            if left <= 0:
+                break
+            picked.extend(
+                conn.execute(
+                    q.SELECT_READY,
+                    {
+                        "queue": share.name,
+                        "worker": request.worker_id,
+                        "limit": left,
+                        "offset": share.limit,
+                    },
+                ).fetchall()
+            )
+        return picked[: request.limit]
+
+    # -- complete ------------------------------------------------------------------------------
+    async def complete(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
+        """Record ended attempts in one transaction, each fenced by its attempt id."""
+        if not outcomes:
+            return []
+        done, requeued = await self._call(self._complete, outcomes, now)
+        if requeued:
+            await self.notify([RUNS_CHANNEL])
+        return done
+
+    def _complete(self, outcomes: Sequence[Outcome], now: float) -> tuple[list[bool], bool]:
+        runs: list[dict[str, Any]] = []
+        attempts: list[dict[str, Any]] = []
+        done: list[bool] = []
+        requeued = False
+        with self._write() as conn:
+            ids = json.dumps([o.run_id for o in outcomes])
+            held = {row[0]: row for row in conn.execute(q.HELD, (ids,))}
+            for outcome in outcomes:
+                row = held.get(outcome.run_id)
+                if row is None or row[1] != outcome.attempt_id:
+                    done.append(False)
+                    continue
+                del held[outcome.run_id]
+                change = finish(RunState(row[2]), outcome, row[3], now)
+                requeued = requeued or change.state is RunState.QUEUED
+                runs.append(
+                    {
+                        "run_id": outcome.run_id,
+                        "attempt_id": outcome.attempt_id,
+                        "state": change.state.value,
+                        "eta": change.eta,
+                        "lane": int(change.lane),
+                        "used": change.used,
+                        "lost": change.lost,
+                        "now": now,
+                        "finished_at": change.finished_at,
+                    }
+                )
+                attempts.append(_attempt_params(outcome, now))
+                done.append(True)
+            conn.executemany(q.FINISH_RUN, runs)
+            conn.executemany(q.FINISH_ATTEMPT, attempts)
+        return done, requeued
+
+    # -- leases --------------------------------------------------------------------------------
+    async def heartbeat(
+        self, worker_id: str, now: float, lease_seconds: float
+    ) -> list[HeldAttempt]:
+        """Renew every lease the worker holds, in one statement."""
+
+        def beat() -> list[HeldAttempt]:
+            with self._write() as conn:
+                rows = conn.execute(
+                    q.RENEW_LEASES, {"expires": now + lease_seconds, "worker": worker_id}
+                ).fetchall()
+                conn.execute(q.WORKER_SEEN, {"now": now, "worker": worker_id})
+            return [
+                HeldAttempt(run_id=r[0], attempt_id=r[1], cancelling=r[2] == "cancelling")
+                for r in rows
+            ]
+
+        return await self._call(beat)
+
+    async def reap(self, now: float, max_lost: int) -> list[int]:
+        """Requeue the runs of expired leases; a run lost ``max_lost`` times becomes dead."""
+        reaped, requeued = await self._call(self._reap, now, max_lost)
+        if requeued:
+            await self.notify([RUNS_CHANNEL])
+        return reaped
+
+    def _reap(self, now: float, max_lost: int) -> tuple[list[int], bool]:
+        with self._write() as conn:
+            rows = conn.execute(q.EXPIRED, {"now": now, "limit": _REAP_BATCH}).fetchall()
+            runs, attempts, requeued = [], [], False
+            for run_id, attempt_id, state, lost, eta in rows:
+                new = transition(RunState(state), RunEvent.LOSE)
+                message = "the worker holding the lease stopped renewing it"
+                if new is RunState.QUEUED and lost + 1 >= max_lost:
+                    new = RunState.DEAD
+                    message += f"; lost {lost + 1} times, so the run is dead"
+                requeued = requeued or new is RunState.QUEUED
+                runs.append(
+                    {
+                        "run_id": run_id,
+                        "attempt_id": attempt_id,
+                        "state": new.value,
+                        "eta": min(eta, now),
+                        "lane": int(Lane.FRESH),
+                        "used": 0,
+                        "lost": 1,
+                        "now": now,
+                        "finished_at": now if new.terminal else None,
+                    }
+                )
+                lost_outcome = Outcome(
+                    run_id=run_id,
+                    attempt_id=attempt_id,
+                    outcome=AttemptOutcome.LOST,
+                    error=ErrorInfo(type=LEASE_EXPIRED, message=message),
+                    counts=False,
+                )
+                attempts.append(_attempt_params(lost_outcome, now))
+            conn.executemany(q.FINISH_RUN, runs)
+            conn.executemany(q.FINISH_ATTEMPT, attempts)
+        return [r[0] for r in rows], requeued
+
+    async def age_retries(self, now: float, after: float) -> int:
+        """Promote retries that waited ``after`` seconds to the fresh lane."""
+
+        def age() -> int:
+            with self._write() as conn:
+                return conn.execute(q.AGE_RETRIES, {"cutoff": now - after}).rowcount
+
+        return await self._call(age)
+
+    # -- commands ------------------------------------------------------------------------------
+    async def cancel(self, run_id: int, now: float) -> RunState:
+        """Cancel a waiting run at once, or ask a running one to stop."""
+
+        def cancel() -> RunState:
+            with self._write() as conn:
+                row = conn.execute(q.RUN_STATE, (run_id,)).fetchone()
+                if row is None:
+                    raise RunNotFoundError(f"no run has id {run_id}")
+                old = RunState(row[0])
+                new = transition(old, RunEvent.CANCEL)
+                if new is not old:
+                    finished = now if new.terminal else None
+                    conn.execute(q.SET_STATE, (new.value, now, finished, run_id, old.value))
+                return new
+
+        state = await self._call(cancel)
+        if state is RunState.CANCELLING:
+            await self.notify([CONTROL_CHANNEL])
+        return state
+
+    async def requeue(self, run_ids: Sequence[int] | None, now: float) -> list[int]:
+        """Queue dead (or cancelled, when named) runs again, with a fresh retry budget."""
+
+        def requeue() -> list[int]:
+            with self._write() as conn:
+                if run_ids is None:
+                    rows = conn.execute(q.REQUEUE_ALL_DEAD, {"now": now}).fetchall()
+                else:
+                    params = {"now": now, "ids": json.dumps(list(run_ids))}
+                    rows = conn.execute(q.REQUEUE_IDS, params).fetchall()
+            return sorted(r[0] for r in rows)
+
+        ids = await self._call(requeue)
+        if ids:
+            await self.notify([RUNS_CHANNEL])
+        return ids
+
+    # -- reads ---------------------------------------------------------------------------------
+    async def get_run(self, run_id: int) -> Run:
+        """One run by id."""
+        row = await self._call(lambda: self._db.execute(q.GET_RUN, (run_id,)).fetchone())
+        if row is None:
+            raise RunNotFoundError(f"no run has id {run_id}")
+        return _run(row)
+
+    async def get_runs(self, run_ids: Sequence[int]) -> list[Run]:
+        """Several runs by id."""
+        ids = json.dumps(list(run_ids))
+        rows = await self._call(lambda: self._db.execute(q.GET_RUNS, (ids,)).fetchall())
+        return [_run(row) for row in rows]
+
+    async def list_runs(self, filter: RunFilter) -> list[Run]:
+        """Runs matching ``filter``, newest first."""
+        where: list[str] = []
+        params: list[Any] = []
+        if filter.states:
+            where.append("r.state IN (SELECT value FROM json_each(?))")
+            params.append(json.dumps([s.value for s in filter.states]))
+        for column, value in (("r.task", filter.task), ("r.queue", filter.queue)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if filter.before_id is not None:
+            where.append("r.id < ?")
+            params.append(filter.before_id)
+        sql = q.LIST_RUNS + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY r.id DESC LIMIT ?"
+        params.append(filter.limit)
+        rows = await self._call(lambda: self._db.execute(sql, params).fetchall())
+        return [_run(row) for row in rows]
+
+    async def list_attempts(self, run_id: int) -> list[Attempt]:
+        """A run's attempts, oldest first."""
+        rows = await self._call(lambda: self._db.execute(q.LIST_ATTEMPTS, (run_id,)).fetchall())
+        return [_attempt(row) for row in rows]
+
+    async def count_runs(self) -> dict[RunState, int]:
+        """How many runs are in each state."""
+        rows = await self._call(lambda: self._db.execute(q.COUNT_RUNS).fetchall())
+        return {RunState(state): count for state, count in rows}
+
+    async def next_eta(self, queues: Sequence[str]) -> float | None:
+        """When the next scheduled run of ``queues`` is due."""
+        names = json.dumps(list(queues))
+        row = await self._call(lambda: self._db.execute(q.NEXT_ETA, (names,)).fetchone())
+        return None if row is None or row[0] is None else float(row[0])
+
+    # -- workers -------------------------------------------------------------------------------
+    async def register_worker(self, worker: WorkerInfo) -> None:
+        """Add or replace a worker in the registry."""
+        row = (
+            worker.id,
+            worker.host,
+            worker.pid,
+            json.dumps(list(worker.queues)),
+            json.dumps(list(worker.labels)),
+            worker.concurrency,
+            worker.version,
+            worker.started_at,
+            worker.heartbeat_at,
+            worker.state.value,
+        )
+
+        def register() -> None:
+            with self._write() as conn:
+                conn.execute(q.UPSERT_WORKER, row)
+
+        await self._call(register)
+
+    async def set_worker_state(self, worker_id: str, state: WorkerState, now: float) -> None:
+        """Mark a worker draining or stopped."""
+
+        def update() -> None:
+            with self._write() as conn:
+                conn.execute(q.SET_WORKER_STATE, (state.value, now, worker_id))
+
+        await self._call(update)
+
+    async def list_workers(self, now: float, lease_seconds: float) -> list[WorkerInfo]:
+        """Registered workers, with their running runs; silent ones are reported lost."""
+
+        def read() -> tuple[list[Row], list[Row]]:
+            return (
+                self._db.execute(q.LIST_WORKERS).fetchall(),
+                self._db.execute(q.RUNNING_BY_OWNER).fetchall(),
+            )
+
+        rows, running = await self._call(read)
+        by_owner: dict[str, list[int]] = {}
+        for owner, run_id in running:
+            by_owner.setdefault(owner, []).append(run_id)
+        workers = []
+        for row in rows:
+            state = WorkerState(row[9])
+            if state is not WorkerState.STOPPED and row[8] < now - lease_seconds:
+                state = WorkerState.LOST
+            workers.append(
+                WorkerInfo(
+                    id=row[0],
+                    host=row[1],
+                    pid=row[2],
+                    queues=tuple(json.loads(row[3])),
+                    labels=tuple(json.loads(row[4])),
+                    concurrency=row[5],
+                    version=row[6],
+                    started_at=row[7],
+                    heartbeat_at=row[8],
+                    state=state,
+                    running=tuple(sorted(by_owner.get(row[0], ()))),
+                )
+            )
+        return workers
+
+    # -- wake-ups ------------------------------------------------------------------------------
+    async def listen(self, channels: Sequence[str]) -> Listener:
+        """Receive nudges for ``channels`` from this and other processes."""
+        listener = self._hub.add(channels)
+        wanted = frozenset(self._hub.channels())
+        if wanted != self._registered:
+            self._registered = wanted
+            row = (self._hub.address, self._hub.pid, ",".join(sorted(wanted)), time.time())
+
+            def register() -> None:
+                with self._write() as conn:
+                    conn.execute(q.REGISTER_WAKEUP, row)
+
+            await self._call(register)
+        return listener
+
+    async def notify(self, channels: Sequence[str]) -> None:
+        """Wake this process's listeners directly and nudge the other processes' sockets."""
+        self._hub.wake_local(channels)
+        if time.monotonic() - self._wakeups_read > _WAKEUP_CACHE_SECONDS:
+            rows = await self._call(lambda: self._db.execute(q.LIST_WAKEUPS).fetchall())
+            self._wakeups = [(a, frozenset(c.split(","))) for a, c in rows]
+            self._wakeups_read = time.monotonic()
+        wanted = set(channels)
+        targets = [address for address, chans in self._wakeups if chans & wanted]
+        gone = self._hub.send(targets, channels)
+        if gone:
+            self._wakeups = [w for w in self._wakeups if w[0] not in gone]
+
+            def forget() -> None:
+                with self._write() as conn:
+                    conn.executemany(q.DELETE_WAKEUP, [(a,) for a in gone])
+
+            await self._call(forget)
+
+    def _forget_wakeup(self) -> None:
+        with self._write() as conn:
+            conn.execute(q.DELETE_WAKEUP, (self._hub.address,))
+
+
+# -- rows ----------------------------------------------------------------------------------------
+def _statements(script: str) -> Iterator[str]:
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                yield buffer
+            buffer = ""
+
+
+def _sequence(conn: sqlite3.Connection, table: str) -> int:
+    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (table,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _run_row(run: NewRun, now: float) -> tuple[Any, ...]:
+    state = RunState.QUEUED if run.eta <= now else RunState.SCHEDULED
+    return (
+        run.task,
+        run.queue,
+        state.value,
+        run.priority,
+        run.eta,
+        run.max_attempts,
+        run.timeout,
+        run.idempotency_key,
+        run.target_worker,
+        run.route_key,
+        now,
+        now,
+    )
+
+
+def _attempt_params(outcome: Outcome, now: float) -> dict[str, Any]:
+    error = outcome.error
+    return {
+        "attempt_id": outcome.attempt_id,
+        "now": now,
+        "outcome": outcome.outcome.value,
+        "result": outcome.result_json,
+        "error_type": error.type if error else None,
+        "error_message": error.message if error else None,
+        "traceback": error.traceback if error else None,
+        "logs": outcome.logs or None,
+    }
+
+
+def _error(type_: str | None, message: str | None, tb: str | None) -> ErrorInfo | None:
+    if type_ is None:
+        return None
+    return ErrorInfo(type=type_, message=message or "", traceback=tb or "")
+
+
+def _run(row: Row) -> Run:
+    return Run(
+        id=row[0],
+        task=row[1],
+        queue=row[2],
+        state=RunState(row[3]),
+        priority=row[4],
+        lane=Lane(row[5]),
+        eta=row[6],
+        attempts=row[7],
+        max_attempts=row[9],
+        timeout=row[10],
+        idempotency_key=row[11],
+        created_at=row[12],
+        updated_at=row[13],
+        finished_at=row[14],
+        lease_owner=row[15],
+        lease_expires=row[16],
+        attempt_id=row[17],
+        target_worker=row[18],
+        route_key=row[19],
+        args=json.loads(row[20]) if row[20] is not None else [],
+        kwargs=json.loads(row[21]) if row[21] is not None else {},
+        result=json.loads(row[22]) if row[22] is not None else None,
+        error=_error(row[23], row[24], row[25]),
+    )
+
+
+def _attempt(row: Row) -> Attempt:
+    return Attempt(
+        id=row[0],
+        run_id=row[1],
+        number=row[2],
+        worker_id=row[3],
+        started_at=row[4],
+        finished_at=row[5],
+        outcome=AttemptOutcome(row[6]) if row[6] is not None else None,
+        result=json.loads(row[7]) if row[7] is not None else None,
+        error=_error(row[8], row[9], row[10]),
+        logs=row[11] or "",
+    )

@@ -1,0 +1,135 @@
+"""Named SQL of the SQLite store. State lists come from the state machine, never typed by hand."""
+
+from __future__ import annotations
+
+from ..states import ACTIVE, RunEvent, sources, sql_in
+
+_RUN_COLUMNS = """
+    r.id, r.task, r.queue, r.state, r.priority, r.lane, r.eta, r.attempts, r.used,
+    r.max_attempts, r.timeout, r.idempotency_key, r.created_at, r.updated_at, r.finished_at,
+    r.lease_owner, r.lease_expires, r.attempt_id, r.target_worker, r.route_key,
+    p.args, p.kwargs, a.result, a.error_type, a.error_message, a.traceback
+"""
+_RUN_FROM = """
+    FROM runs r
+    LEFT JOIN run_payloads p ON p.run_id = r.id
+    LEFT JOIN attempts a ON a.id = r.attempt_id
+"""
+
+INSERT_RUN = """
+INSERT INTO runs (task, queue, state, priority, lane, eta, max_attempts, timeout,
+                  idempotency_key, target_worker, route_key, created_at, updated_at)
+VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+INSERT_KEYED_RUN = (
+    INSERT_RUN
+    + " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id"
+)
+RUN_BY_KEY = "SELECT id FROM runs WHERE idempotency_key = ?"
+LAST_RUN_ID = "SELECT seq FROM sqlite_sequence WHERE name = 'runs'"
+INSERT_PAYLOAD = "INSERT INTO run_payloads (run_id, args, kwargs) VALUES (?, ?, ?)"
+
+PROMOTE_DUE = f"""
+UPDATE runs SET state = 'queued', updated_at = :now
+WHERE state IN {sql_in(sources(RunEvent.DUE))} AND eta <= :now
+"""
+SELECT_READY = """
+SELECT id, attempts, used, task, queue, max_attempts, timeout, eta FROM runs
+WHERE state = 'queued' AND queue = :queue
+  AND (target_worker IS NULL OR target_worker = :worker)
+ORDER BY lane, priority DESC, eta, id
+LIMIT :limit OFFSET :offset
+"""
+INSERT_ATTEMPT = "INSERT INTO attempts (run_id, number, worker_id, started_at) VALUES (?, ?, ?, ?)"
+START_RUN = """
+UPDATE runs SET state = 'running', attempts = attempts + 1, lease_owner = ?, lease_expires = ?,
+    attempt_id = ?, updated_at = ?
+WHERE id = ?
+"""
+PAYLOADS = (
+    "SELECT run_id, args, kwargs FROM run_payloads WHERE run_id IN (SELECT value FROM json_each(?))"
+)
+
+HELD = f"""
+SELECT id, attempt_id, state, eta FROM runs WHERE id IN (SELECT value FROM json_each(?))
+  AND state IN {sql_in(ACTIVE)}
+"""
+FINISH_RUN = """
+UPDATE runs SET state = :state, lease_owner = NULL, lease_expires = NULL, eta = :eta,
+    lane = :lane, used = used + :used, lost = lost + :lost, updated_at = :now,
+    finished_at = :finished_at
+WHERE id = :run_id AND attempt_id = :attempt_id
+"""
+FINISH_ATTEMPT = """
+UPDATE attempts SET finished_at = :now, outcome = :outcome, result = :result,
+    error_type = :error_type, error_message = :error_message, traceback = :traceback,
+    logs = :logs
+WHERE id = :attempt_id
+"""
+
+RENEW_LEASES = f"""
+UPDATE runs SET lease_expires = :expires
+WHERE lease_owner = :worker AND state IN {sql_in(ACTIVE)}
+RETURNING id, attempt_id, state
+"""
+WORKER_SEEN = "UPDATE workers SET heartbeat_at = :now WHERE id = :worker"
+
+EXPIRED = f"""
+SELECT id, attempt_id, state, lost, eta FROM runs
+WHERE state IN {sql_in(ACTIVE)} AND lease_expires < :now
+ORDER BY lease_expires LIMIT :limit
+"""
+AGE_RETRIES = "UPDATE runs SET lane = 0 WHERE state = 'queued' AND lane = 1 AND eta <= :cutoff"
+
+RUN_STATE = "SELECT state FROM runs WHERE id = ?"
+SET_STATE = "UPDATE runs SET state = ?, updated_at = ?, finished_at = ? WHERE id = ? AND state = ?"
+REQUEUE_IDS = f"""
+UPDATE runs SET state = 'queued', lane = 0, used = 0, lost = 0, eta = :now, updated_at = :now,
+    finished_at = NULL
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND state IN {sql_in(sources(RunEvent.REQUEUE))}
+RETURNING id
+"""
+REQUEUE_ALL_DEAD = """
+UPDATE runs SET state = 'queued', lane = 0, used = 0, lost = 0, eta = :now, updated_at = :now,
+    finished_at = NULL
+WHERE state = 'dead'
+RETURNING id
+"""
+
+GET_RUN = f"SELECT {_RUN_COLUMNS} {_RUN_FROM} WHERE r.id = ?"
+GET_RUNS = f"SELECT {_RUN_COLUMNS} {_RUN_FROM} WHERE r.id IN (SELECT value FROM json_each(?))"
+LIST_RUNS = f"SELECT {_RUN_COLUMNS} {_RUN_FROM}"
+LIST_ATTEMPTS = """
+SELECT id, run_id, number, worker_id, started_at, finished_at, outcome, result, error_type,
+       error_message, traceback, logs
+FROM attempts WHERE run_id = ? ORDER BY id
+"""
+COUNT_RUNS = "SELECT state, count(*) FROM runs GROUP BY state"
+NEXT_ETA = """
+SELECT min(eta) FROM runs
+WHERE state = 'scheduled' AND queue IN (SELECT value FROM json_each(?))
+"""
+
+UPSERT_WORKER = """
+INSERT INTO workers (id, host, pid, queues, labels, concurrency, version, started_at,
+                     heartbeat_at, state)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
+    queues = excluded.queues, labels = excluded.labels, concurrency = excluded.concurrency,
+    version = excluded.version, started_at = excluded.started_at,
+    heartbeat_at = excluded.heartbeat_at, state = excluded.state
+"""
+SET_WORKER_STATE = "UPDATE workers SET state = ?, heartbeat_at = ? WHERE id = ?"
+LIST_WORKERS = """
+SELECT id, host, pid, queues, labels, concurrency, version, started_at, heartbeat_at, state
+FROM workers ORDER BY started_at DESC
+"""
+RUNNING_BY_OWNER = f"SELECT lease_owner, id FROM runs WHERE state IN {sql_in(ACTIVE)}"
+
+REGISTER_WAKEUP = """
+INSERT INTO wakeups (address, pid, channels, registered_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (address) DO UPDATE SET channels = excluded.channels
+"""
+LIST_WAKEUPS = "SELECT address, channels FROM wakeups"
+DELETE_WAKEUP = "DELETE FROM wakeups WHERE address = ?"

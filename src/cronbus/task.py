@@ -1,0 +1,294 @@
+"""Tasks: registered functions, and how a call to one becomes a run."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
+
+from .errors import ConfigurationError, InvalidArgumentError
+from .handle import RunHandle
+from .model import NewRun
+from .retry import Retry
+from .serialization import encode_call
+
+if TYPE_CHECKING:
+    from .app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+Isolation = Literal["thread", "async", "process"]
+ISOLATIONS: tuple[Isolation, ...] = ("thread", "async", "process")
+_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+_QUEUE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_PRIORITY_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call for :meth:`Task.defer_many`: arguments plus per-call options."""
+
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    idempotency_key: str | None = None
+
+    @classmethod
+    def of(cls, *args: Any, idempotency_key: str | None = None, **kwargs: Any) -> Call:
+        """Build a call the way one writes a function call."""
+        return cls(args, kwargs, idempotency_key)
+
+
+class Task(Generic[P, R]):
+    """A registered unit of work: a function with its defaults."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, R] | Callable[P, Awaitable[R]],
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        retry: Retry,
+        timeout: float | None = None,
+        priority: int = 0,
+        isolation: Isolation | None = None,
+    ) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name or f"{fn.__module__}.{fn.__qualname__}"
+        self.queue = check_queue(queue)
+        self.retry = retry
+        self.timeout = check_timeout(timeout)
+        self.priority = check_priority(priority)
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.isolation: Isolation = isolation or ("async" if self.is_async else "thread")
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+        if not _NAME.match(self.name):
+            raise ConfigurationError(
+                f"task name {self.name!r} must be 1-200 letters, digits or _ . : -"
+            )
+        if self.isolation not in ISOLATIONS:
+            raise ConfigurationError(
+                f"task {self.name!r}: isolation must be one of {', '.join(ISOLATIONS)}, "
+                f"got {self.isolation!r}"
+            )
+        if self.isolation == "async" and not self.is_async:
+            raise ConfigurationError(
+                f"task {self.name!r}: isolation='async' needs an `async def` function"
+            )
+        if self.isolation == "thread" and self.is_async:
+            raise ConfigurationError(
+                f"task {self.name!r} is async: use isolation='async' (the default) or 'process'"
+            )
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R | Awaitable[R]:
+        """Call the function here and now, without a run (handy in tests)."""
+        return self.fn(*args, **kwargs)
+
+    def prepare(
+        self,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        now: float,
+        delay: float | None = None,
+        eta: datetime | float | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> NewRun:
+        """Validate one call and its options into a :class:`NewRun`, or raise saying why."""
+        args_json, kwargs_json = encode_call(self.fn, self.name, args, kwargs)
+        return NewRun(
+            task=self.name,
+            queue=self.queue if queue is None else check_queue(queue),
+            args_json=args_json,
+            kwargs_json=kwargs_json,
+            priority=self.priority if priority is None else check_priority(priority),
+            eta=resolve_eta(now, delay, eta),
+            max_attempts=self.retry.max_attempts,
+            timeout=self.timeout,
+            idempotency_key=check_key(idempotency_key),
+        )
+
+    async def defer_async(
+        self,
+        *args: Any,
+        delay: float | None = None,
+        eta: datetime | float | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        idempotency_key: str | None = None,
+        **kwargs: Any,
+    ) -> RunHandle:
+        """Create a run of this task; it is durable when this returns."""
+        new = self.prepare(
+            args,
+            kwargs,
+            now=self.app.clock.now(),
+            delay=delay,
+            eta=eta,
+            priority=priority,
+            queue=queue,
+            idempotency_key=idempotency_key,
+        )
+        (done,) = await self.app.store.defer([new], self.app.clock.now())
+        return RunHandle(self.app, done.id, created=done.created)
+
+    def defer(
+        self,
+        *args: Any,
+        delay: float | None = None,
+        eta: datetime | float | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        idempotency_key: str | None = None,
+        **kwargs: Any,
+    ) -> RunHandle:
+        """Create a run of this task (blocking); returns a handle with ``.id``."""
+        return self.app.blocking(
+            self.defer_async(
+                *args,
+                delay=delay,
+                eta=eta,
+                priority=priority,
+                queue=queue,
+                idempotency_key=idempotency_key,
+                **kwargs,
+            )
+        )
+
+    async def defer_many_async(
+        self,
+        calls: Iterable[Call | Sequence[Any] | Mapping[str, Any]],
+        *,
+        delay: float | None = None,
+        eta: datetime | float | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+    ) -> list[RunHandle]:
+        """Create many runs in one transaction: all of them, or none if one is refused.
+
+        Each call is a :class:`Call`, a sequence of positional arguments, or a mapping of
+        keyword arguments.
+        """
+        now = self.app.clock.now()
+        news = []
+        for index, item in enumerate(calls):
+            call = _as_call(item)
+            try:
+                news.append(
+                    self.prepare(
+                        call.args,
+                        call.kwargs,
+                        now=now,
+                        delay=delay,
+                        eta=eta,
+                        priority=priority,
+                        queue=queue,
+                        idempotency_key=call.idempotency_key,
+                    )
+                )
+            except (InvalidArgumentError, ConfigurationError, TypeError) as exc:
+                raise type(exc)(f"call #{index}: {exc}") from None
+        done = await self.app.store.defer(news, self.app.clock.now())
+        return [RunHandle(self.app, d.id, created=d.created) for d in done]
+
+    def defer_many(
+        self,
+        calls: Iterable[Call | Sequence[Any] | Mapping[str, Any]],
+        *,
+        delay: float | None = None,
+        eta: datetime | float | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+    ) -> list[RunHandle]:
+        """Create many runs in one transaction (blocking)."""
+        return self.app.blocking(
+            self.defer_many_async(calls, delay=delay, eta=eta, priority=priority, queue=queue)
+        )
+
+
+def _as_call(item: Call | Sequence[Any] | Mapping[str, Any]) -> Call:
+    if isinstance(item, Call):
+        return item
+    if isinstance(item, Mapping):
+        return Call((), dict(item))
+    if isinstance(item, str | bytes) or not isinstance(item, Sequence):
+        raise InvalidArgumentError(
+            f"each call must be a Call, a list of arguments or a dict of keyword arguments, "
+            f"got {type(item).__name__}"
+        )
+    return Call(tuple(item), {})
+
+
+def resolve_eta(now: float, delay: float | None, eta: datetime | float | None) -> float:
+    """When a run becomes due, from ``delay`` seconds or an ``eta``; refuse nonsense."""
+    if delay is not None and eta is not None:
+        raise InvalidArgumentError("give delay or eta, not both")
+    if delay is not None:
+        if isinstance(delay, bool) or not isinstance(delay, int | float):
+            raise InvalidArgumentError(f"delay must be seconds (a number), got {delay!r}")
+        if not math.isfinite(delay) or delay < 0:
+            raise InvalidArgumentError(f"delay must be zero or more seconds, got {delay}")
+        return now + delay
+    if eta is None:
+        return now
+    if isinstance(eta, datetime):
+        if eta.tzinfo is None:
+            raise InvalidArgumentError(
+                "eta must be timezone-aware (for example datetime.now(timezone.utc)); "
+                "a naive datetime is ambiguous"
+            )
+        return eta.timestamp()
+    if isinstance(eta, bool) or not isinstance(eta, int | float) or not math.isfinite(eta):
+        raise InvalidArgumentError(f"eta must be a datetime or epoch seconds, got {eta!r}")
+    return float(eta)
+
+
+def check_queue(queue: str) -> str:
+    """A queue name: 1-100 letters, digits or ``_ . -``."""
+    if not isinstance(queue, str) or not _QUEUE.match(queue):
+        raise InvalidArgumentError(f"queue name {queue!r} must be 1-100 letters, digits or _ . -")
+    return queue
+
+
+def check_priority(priority: int) -> int:
+    """A priority: a whole number; higher runs first within a queue."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidArgumentError(f"priority must be a whole number, got {priority!r}")
+    if abs(priority) > _PRIORITY_LIMIT:
+        raise InvalidArgumentError(
+            f"priority must be between -{_PRIORITY_LIMIT} and {_PRIORITY_LIMIT}, got {priority}"
+        )
+    return priority
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    """A maximum execution time in seconds, or None for no limit."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise ConfigurationError(f"timeout must be seconds (a number), got {timeout!r}")
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise ConfigurationError(f"timeout must be more than zero seconds, got {timeout}")
+    return float(timeout)
+
+
+def check_key(key: str | None) -> str | None:
+    """An idempotency key: a non-empty string of at most 200 characters."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > 200:
+        raise InvalidArgumentError(
+            f"idempotency_key must be a non-empty string of at most 200 characters, got {key!r}"
+        )
+    return key

@@ -1,0 +1,28 @@
+"""Fixtures shared by every tier: real stores on real files."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from cronbus.store import Store, open_store
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A fresh SQLite file for one test."""
+    return f"sqlite:///{tmp_path / 'cronbus.db'}"
+
+
+@pytest.fixture(params=["sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """Each store backend, opened on a fresh database; the contract suite runs once per param."""
+    url = f"sqlite:///{tmp_path / 'contract.db'}"
+    s = open_store(url)
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()

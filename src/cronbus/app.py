@@ -165,11 +165,8 @@ class App:
         self._opened += 1
         if self._store is not None:
             return
-        store = (
-            open_store(self._store_arg or default_url())
-            if self._store_arg is None or isinstance(self._store_arg, str)
-            else self._store_arg
-        )
+        arg = default_url() if self._store_arg is None else self._store_arg
+        store = open_store(arg) if isinstance(arg, str) else arg
         try:
             await store.open()
         except BaseException:

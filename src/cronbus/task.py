@@ -23,7 +23,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 Isolation = Literal["thread", "async", "process"]
 ISOLATIONS: tuple[Isolation, ...] = ("thread", "async", "process")
-_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+_NAME = re.compile(r"^\S{1,200}$")
 _QUEUE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _PRIORITY_LIMIT = 1_000_000
 
@@ -70,7 +70,7 @@ class Task(Generic[P, R]):
         self.__wrapped__ = fn
         if not _NAME.match(self.name):
             raise ConfigurationError(
-                f"task name {self.name!r} must be 1-200 letters, digits or _ . : -"
+                f"task name {self.name!r} must be 1-200 characters without spaces"
             )
         if self.isolation not in ISOLATIONS:
             raise ConfigurationError(

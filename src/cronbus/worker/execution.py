@@ -32,6 +32,8 @@ CANCELLED = "cancelled"
 LOST = "lost"
 SHUTDOWN = "shutdown"
 _THREAD_STOP_WAIT = 0.05
+THREAD_POLITE_SECONDS = 0.5
+"""How long a thread task may take to notice its cancel token before it is interrupted."""
 
 
 @dataclass(slots=True)
@@ -134,13 +136,21 @@ class Executor:
             raise
 
     def _abandon(self, future: concurrent.futures.Future[Any], call: _ThreadCall) -> None:
-        """Interrupt a thread task we stop waiting for; count it until its thread is free."""
+        """Stop waiting for a thread task; count it until its thread is free.
+
+        The task's cancel token is already set; a task that does not stop within
+        ``THREAD_POLITE_SECONDS`` gets :class:`Interrupted` raised in its thread.
+        """
         if future.cancel():
             return
-        if call.thread_id is not None:
-            interrupt_thread(call.thread_id, Interrupted)
         self.leaked += 1
         loop = asyncio.get_running_loop()
+
+        def force() -> None:
+            if not future.done() and call.thread_id is not None:
+                interrupt_thread(call.thread_id, Interrupted)
+
+        loop.call_later(THREAD_POLITE_SECONDS, force)
 
         def freed(_: concurrent.futures.Future[Any]) -> None:
             def release() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -71,3 +72,20 @@ class Namespace:
     @staticmethod
     def double(x: int) -> int:
         return 2 * x
+
+
+def length(text: str) -> int:
+    return len(text)
+
+
+def linger(value: int) -> int:
+    # A non-daemon thread keeps the interpreter from exiting after the result is sent.
+    threading.Thread(target=threading.Event().wait).start()
+    return value
+
+
+def start_grandchild(fifo: str) -> None:
+    grandchild = subprocess.Popen(["sleep", "600"])
+    with open(fifo, "w") as pipe:  # tells the test the grandchild's pid, and that it runs
+        pipe.write(str(grandchild.pid))
+    threading.Event().wait()

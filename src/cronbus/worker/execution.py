@@ -14,7 +14,7 @@ import random
 import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..clock import Clock
@@ -38,7 +38,11 @@ THREAD_POLITE_SECONDS = 0.5
 
 @dataclass(slots=True)
 class _ThreadCall:
+    """The thread running a task; ``thread_id`` is cleared, under ``lock``, once it is done,
+    so an interrupt can never land in the pool's own code after the task returned."""
+
     thread_id: int | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class RemoteError(Exception):
@@ -93,7 +97,12 @@ class Executor:
         reason = interrupt.result() if interrupt.done() else TIMEOUT
         token.cancel(reason)
         await self._stop(task, body)
-        return self._interrupted(task, claimed, reason, log)
+        logs = log.getvalue()
+        if body.done() and not body.cancelled() and body.exception() is None:
+            result = body.result()
+            if isinstance(result, ProcessResult):  # a killed child's output up to the kill
+                logs = result.logs
+        return self._interrupted(task, claimed, reason, logs)
 
     async def _body(
         self, task: Task[Any, Any], claimed: ClaimedRun, log: AttemptLog, token: CancelToken
@@ -106,6 +115,7 @@ class Executor:
                 claimed.kwargs_json,
                 timeout=None,
                 token=token,
+                log_limit=self.log_limit,
             )
         args, kwargs = claimed.args, claimed.kwargs
         if task.isolation == "async":
@@ -125,8 +135,12 @@ class Executor:
 
         def target() -> Any:
             call.thread_id = threading.get_ident()
-            with capturing(log), using_token(token):
-                return task.fn(*args, **kwargs)
+            try:
+                with capturing(log), using_token(token):
+                    return task.fn(*args, **kwargs)
+            finally:
+                with call.lock:
+                    call.thread_id = None
 
         future = self.pool.submit(target)
         try:
@@ -147,8 +161,9 @@ class Executor:
         loop = asyncio.get_running_loop()
 
         def force() -> None:
-            if not future.done() and call.thread_id is not None:
-                interrupt_thread(call.thread_id, Interrupted)
+            with call.lock:
+                if call.thread_id is not None:
+                    interrupt_thread(call.thread_id, Interrupted)
 
         loop.call_later(THREAD_POLITE_SECONDS, force)
 
@@ -222,9 +237,8 @@ class Executor:
         return self._failed(claimed, AttemptOutcome.FAILED, info, result.logs, task, error)
 
     def _interrupted(
-        self, task: Task[Any, Any], claimed: ClaimedRun, reason: str, log: AttemptLog
+        self, task: Task[Any, Any], claimed: ClaimedRun, reason: str, logs: str
     ) -> Outcome | None:
-        logs = log.getvalue()
         if reason == LOST:
             return None
         if reason == SHUTDOWN:

@@ -98,6 +98,7 @@ async def run_in_process(
     *,
     timeout: float | None,
     token: CancelToken,
+    log_limit: int = capture.DEFAULT_LIMIT,
 ) -> ProcessResult:
     """Call ``module.qualname(*args, **kwargs)`` in a child process and return its outcome.
 
@@ -105,12 +106,14 @@ async def run_in_process(
     ``fn`` attribute (a cronbus ``Task``), ``obj.fn`` is called; a coroutine it returns is run
     with ``asyncio.run``. The child is killed when ``timeout`` seconds pass or ``token`` is
     cancelled, and is always reaped before this returns. Cancelling this coroutine kills the
-    child too.
+    child too. The first ``log_limit`` bytes of its output are kept, as by an ``AttemptLog``.
     """
+    if log_limit < 0:
+        raise ValueError(f"log_limit must be 0 or more bytes, got {log_limit}")
     if token.cancelled:
         return _killed_result(_Killed("cancelled"), token, timeout, logs="", pid=None)
     context = multiprocessing.get_context("spawn")
-    log_data = context.RawArray(ctypes.c_char, capture.DEFAULT_LIMIT)
+    log_data = context.RawArray(ctypes.c_char, log_limit)
     log_counts = context.RawArray(ctypes.c_int64, 2)
     spec = _ChildSpec(module, qualname, tuple(sys.path), logging.getLogger().level)
     ours, theirs = socket.socketpair()

@@ -60,6 +60,14 @@ class RunHandle:
         """What went wrong in its last attempt, if anything did."""
         return self.fetch().error
 
+    async def cancel_async(self) -> RunState:
+        """Cancel the run: ``cancelled`` if it was waiting, ``cancelling`` if it is running."""
+        return await self._app.store.cancel(self.id, self._app.clock.now())
+
+    def cancel(self) -> RunState:
+        """Cancel the run (blocking)."""
+        return self._app.blocking(self.cancel_async())
+
     async def wait_async(self, timeout: float | None = None) -> Run:
         """Wait until the run ends (succeeded, dead, cancelled or skipped) and return it."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -72,7 +72,7 @@ async def test_cancel_a_running_run(app: App, worker: Worker, tmp_path: Path) ->
     path = tmp_path / "cancel"
     handle = await tasks.wait_for_cancel.defer_async(str(path), 60.0)
     await until(lambda: _true(path.exists()))
-    assert await app.store.cancel(handle.id, app.clock.now()) is RunState.CANCELLING
+    assert await handle.cancel_async() is RunState.CANCELLING
     run = await handle.wait_async(5)
     assert run.state is RunState.CANCELLED
     (attempt,) = await app.store.list_attempts(handle.id)

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-from ..errors import RunNotFoundError, StoreError
+from ..errors import InvalidTransitionError, RunNotFoundError, StoreError
 from ..model import (
     Attempt,
     ClaimedRun,
@@ -35,7 +35,7 @@ from ..model import (
     WorkerInfo,
     WorkerState,
 )
-from ..states import AttemptOutcome, RunEvent, RunState, transition
+from ..states import AttemptOutcome, RunEvent, RunState, sources, transition
 from . import migrations
 from . import sqlite_sql as q
 from .base import CONTROL_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener
@@ -75,7 +75,10 @@ class SQLiteStore:
         if self._executor is None:
             raise StoreError("the store is not open; use `async with app:` or `with app:`")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(fn, *args))
+        try:
+            return await loop.run_in_executor(self._executor, partial(fn, *args))
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite store {self.path!r}: {exc}") from exc
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -411,6 +414,10 @@ class SQLiteStore:
                 if row is None:
                     raise RunNotFoundError(f"no run has id {run_id}")
                 old = RunState(row[0])
+                if old not in sources(RunEvent.CANCEL):
+                    raise InvalidTransitionError(
+                        f"run {run_id} is {old.value}; it cannot be cancelled"
+                    )
                 new = transition(old, RunEvent.CANCEL)
                 if new is not old:
                     finished = now if new.terminal else None

@@ -201,14 +201,16 @@ class Worker:
     async def _grace(self, pending: set[asyncio.Task[None]]) -> None:
         """Wait for ``pending`` until the grace period ends or a hurry is requested."""
         hurry = asyncio.ensure_future(self._hurry.wait())
+        finished = asyncio.ensure_future(asyncio.wait(pending))
         try:
             await asyncio.wait(
-                {hurry, asyncio.ensure_future(asyncio.wait(pending))},
+                {hurry, finished},
                 timeout=self.settings.grace_seconds,
                 return_when=asyncio.FIRST_COMPLETED,
             )
         finally:
             hurry.cancel()
+            finished.cancel()
 
     def _interrupt_all(self, reason: str) -> None:
         for active in list(self._active.values()):

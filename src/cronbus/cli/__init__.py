@@ -1,0 +1,39 @@
+"""The ``cronbus`` command line: role commands that run processes, resource commands on the store.
+
+Commands live in small modules: :mod:`.roles` (server, worker), :mod:`.runs` (runs, dlq, defer),
+:mod:`.loading` (finding the app and the store) and :mod:`.render` (tables and JSON).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import click
+
+from .._version import __version__
+from .loading import CronbusGroup
+from .roles import server, worker
+from .runs import defer, dlq, runs
+
+__all__ = ["cronbus", "main"]
+
+
+@click.group(cls=CronbusGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="cronbus")
+def cronbus() -> None:
+    """cronbus: a distributed job scheduler.
+
+    Role commands (server, worker) run until stopped with SIGTERM or Ctrl-C. Resource commands
+    (runs, dlq, defer) read and change the store named by --store, else by the --app's store,
+    else by CRONBUS_STORE, else sqlite:///./cronbus.db. Errors are one line on stderr and exit
+    status 1.
+    """
+
+
+for command in (server, worker, runs, dlq, defer):
+    cronbus.add_command(command)
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    """Run the command line (the ``cronbus`` console script and ``python -m cronbus``)."""
+    cronbus.main(args=args, prog_name="cronbus")

@@ -1,0 +1,128 @@
+"""Role commands: ``server`` (every role in one process) and ``worker``.
+
+Both run until SIGTERM or SIGINT, which drain the worker (a second signal hurries it), and exit
+with status 0 after a clean drain.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.logging import RichHandler
+
+from .. import runner
+from ..app import App
+from ..errors import ConfigurationError
+from ..fairness import parse_queues
+from .loading import CliError, app_options, resolve_app
+
+FC = TypeVar("FC", bound=Callable[..., Any])
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_RICH_FORMAT = "%(name)s: %(message)s"
+
+
+def _role_options(fn: FC) -> FC:
+    """The options ``server`` and ``worker`` share."""
+    decorators = [
+        app_options(app_required=True),
+        click.option(
+            "--queues",
+            metavar="NAME[:WEIGHT],...",
+            help="Queues to serve, with optional weights (e.g. default,emails:3). "
+            "Default: every queue the app's tasks use.",
+        ),
+        click.option(
+            "--concurrency",
+            type=click.IntRange(min=1),
+            help="Attempts run at once. Default: CRONBUS_CONCURRENCY, else 8.",
+        ),
+        click.option(
+            "--log-level",
+            type=click.Choice(_LEVELS, case_sensitive=False),
+            default="INFO",
+            show_default=True,
+            help="Log records below this level are not shown.",
+        ),
+    ]
+    for decorate in reversed(decorators):
+        fn = decorate(fn)
+    return fn
+
+
+@click.command()
+@_role_options
+def server(
+    app_spec: str,
+    store_url: str | None,
+    queues: str | None,
+    concurrency: int | None,
+    log_level: str,
+) -> None:
+    """Run every role in one process: the app's startup hooks and a worker.
+
+    This is the one command a single machine needs; later releases add the scheduler, the
+    dispatcher and the API to it. Stop it with SIGTERM or Ctrl-C: running attempts get a
+    grace period to finish, and a second signal requeues them at once.
+    """
+    _run_role(app_spec, store_url, queues, concurrency, log_level, startup=True)
+
+
+@click.command()
+@_role_options
+def worker(
+    app_spec: str,
+    store_url: str | None,
+    queues: str | None,
+    concurrency: int | None,
+    log_level: str,
+) -> None:
+    """Run a worker only: claim runs from the queues and execute them.
+
+    Start as many as needed, on any machine that reaches the store; the app's startup hooks
+    are left to `cronbus server`. Stop it with SIGTERM or Ctrl-C as for the server.
+    """
+    _run_role(app_spec, store_url, queues, concurrency, log_level, startup=False)
+
+
+def _run_role(
+    app_spec: str,
+    store_url: str | None,
+    queues: str | None,
+    concurrency: int | None,
+    log_level: str,
+    *,
+    startup: bool,
+) -> None:
+    app = resolve_app(app_spec, store_url)
+    spec = queues if queues is not None else default_queues(app)
+    try:
+        parse_queues(spec)  # refuse a bad --queues before the store is opened
+    except ConfigurationError as exc:
+        raise CliError(f"--queues {spec!r}: {exc}") from None
+    setup_logging(log_level)
+    runner.run(app, queues=spec, concurrency=concurrency, startup=startup)
+
+
+def default_queues(app: App) -> str:
+    """Every queue the app's tasks use, so that `cronbus server` alone runs all of them."""
+    names = sorted({task.queue for task in app.tasks.values()})
+    return ",".join(names) or "default"
+
+
+def setup_logging(level: str) -> None:
+    """Log to stderr: through Rich on a terminal, as plain lines otherwise (for collectors)."""
+    handler: logging.Handler
+    if sys.stderr.isatty():
+        handler = RichHandler(console=Console(stderr=True), show_path=False, markup=False)
+        # Rich prints the time and level itself; the logger's name says which role spoke.
+        handler.setFormatter(logging.Formatter(_RICH_FORMAT))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(_PLAIN_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)

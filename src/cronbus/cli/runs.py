@@ -1,0 +1,315 @@
+"""Resource commands on runs: ``runs``, ``dlq`` (dead letters) and ``defer``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from ..app import App
+from ..errors import InvalidTransitionError, RunNotFoundError
+from ..model import Attempt, Run, RunFilter
+from ..states import RunEvent, RunState, sources
+from . import render
+from .loading import CliError, CronbusGroup, app_options, resolve_app, run_with_app
+
+_json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON document instead of a table."
+)
+_limit_option = click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="Show at most this many runs, newest first.",
+)
+
+
+# -- runs ----------------------------------------------------------------------------------------
+@click.group(cls=CronbusGroup)
+def runs() -> None:
+    """List, inspect, cancel and retry runs."""
+
+
+def _parse_states(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[RunState, ...]:
+    """Read ``--state`` given several times, comma separated, or both."""
+    states: list[RunState] = []
+    for value in values:
+        for name in filter(None, (part.strip().lower() for part in value.split(","))):
+            try:
+                states.append(RunState(name))
+            except ValueError:
+                known = ", ".join(s.value for s in RunState)
+                raise click.BadParameter(f"unknown state {name!r} (use {known})") from None
+    return tuple(dict.fromkeys(states))
+
+
+@runs.command("list")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    callback=_parse_states,
+    help="Only runs in this state; repeat it or separate states with commas.",
+)
+@click.option("--task", help="Only runs of this task.")
+@click.option("--queue", help="Only runs in this queue.")
+@_limit_option
+@click.option("--before", type=int, metavar="ID", help="Only runs older than this id (paging).")
+@app_options()
+@_json_option
+def list_runs(
+    states: tuple[RunState, ...],
+    task: str | None,
+    queue: str | None,
+    limit: int,
+    before: int | None,
+    app_spec: str | None,
+    store_url: str | None,
+    as_json: bool,
+) -> None:
+    """List runs, newest first, optionally filtered by state, task and queue."""
+    wanted = RunFilter(states=states, task=task, queue=queue, limit=limit, before_id=before)
+    found = run_with_app(resolve_app(app_spec, store_url), lambda app: app.store.list_runs(wanted))
+    if as_json:
+        render.print_json([render.run_json(run) for run in found])
+    else:
+        render.print_runs(found)
+
+
+@runs.command("show")
+@click.argument("run_id", metavar="ID", type=int)
+@app_options()
+@_json_option
+def show_run(run_id: int, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+    """Show one run with its attempts: outcome, worker, times, errors, tracebacks and logs."""
+
+    async def fetch(app: App) -> tuple[Run, list[Attempt]]:
+        run = await app.store.get_run(run_id)
+        return run, await app.store.list_attempts(run_id)
+
+    run, attempts = run_with_app(resolve_app(app_spec, store_url), fetch)
+    if as_json:
+        render.print_json(render.run_detail_json(run, attempts))
+    else:
+        render.print_run(run, attempts)
+
+
+@runs.command("cancel")
+@click.argument("run_id", metavar="ID", type=int)
+@app_options()
+@_json_option
+def cancel_run(run_id: int, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+    """Cancel a run: at once if it waits, or ask its worker to stop it if it runs.
+
+    Prints the new state: `cancelled`, or `cancelling` for a running run, which becomes
+    `cancelled` when its worker stops it (or `succeeded` if the work finishes first).
+    """
+
+    async def cancel(app: App) -> RunState:
+        try:
+            return await app.store.cancel(run_id, app.clock.now())
+        except InvalidTransitionError:
+            run = await app.store.get_run(run_id)
+            raise CliError(f"run {run_id} is already {run.state} and cannot be cancelled") from None
+
+    state = run_with_app(resolve_app(app_spec, store_url), cancel)
+    _print_state(run_id, state, as_json)
+
+
+@runs.command("retry")
+@click.argument("run_id", metavar="ID", type=int)
+@app_options()
+@_json_option
+def retry_run(run_id: int, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+    """Queue a dead or cancelled run again, with a fresh retry budget."""
+
+    async def retry(app: App) -> None:
+        if await app.store.requeue([run_id], app.clock.now()):
+            return
+        # Nothing was requeued: say why, which get_run does for an unknown id by itself.
+        run = await app.store.get_run(run_id)
+        allowed = " or ".join(sorted(s.value for s in sources(RunEvent.REQUEUE)))
+        raise CliError(f"run {run_id} is {run.state}; only {allowed} runs can be retried")
+
+    run_with_app(resolve_app(app_spec, store_url), retry)
+    _print_state(run_id, RunState.QUEUED, as_json)
+
+
+def _print_state(run_id: int, state: RunState, as_json: bool) -> None:
+    if as_json:
+        render.print_json({"id": run_id, "state": state.value})
+    else:
+        render.console().print(f"run {run_id}: ", render.state_text(state), sep="")
+
+
+# -- dlq -----------------------------------------------------------------------------------------
+@click.group(cls=CronbusGroup)
+def dlq() -> None:
+    """Dead letters: runs that used up their retries, kept with their last error."""
+
+
+@dlq.command("list")
+@click.option("--task", help="Only dead runs of this task.")
+@click.option("--queue", help="Only dead runs in this queue.")
+@_limit_option
+@app_options()
+@_json_option
+def list_dead(
+    task: str | None,
+    queue: str | None,
+    limit: int,
+    app_spec: str | None,
+    store_url: str | None,
+    as_json: bool,
+) -> None:
+    """List dead runs, newest first, with the type and message of their last error."""
+    wanted = RunFilter(states=(RunState.DEAD,), task=task, queue=queue, limit=limit)
+    found = run_with_app(resolve_app(app_spec, store_url), lambda app: app.store.list_runs(wanted))
+    if as_json:
+        render.print_json([render.run_json(run) for run in found])
+    else:
+        render.print_dead(found)
+
+
+@dlq.command("requeue")
+@click.argument("run_ids", metavar="[ID]...", nargs=-1, type=int)
+@click.option("--all", "every", is_flag=True, help="Requeue every dead run.")
+@app_options()
+@_json_option
+def requeue_dead(
+    run_ids: tuple[int, ...],
+    every: bool,
+    app_spec: str | None,
+    store_url: str | None,
+    as_json: bool,
+) -> None:
+    """Queue dead runs again with a fresh retry budget: the ids given, or --all of them.
+
+    Prints how many runs were requeued; ids that are unknown or not dead are reported as an
+    error (exit status 1) after the others are requeued.
+    """
+    if every == bool(run_ids):
+        raise click.UsageError("give run ids or --all (exactly one of the two)")
+    app = resolve_app(app_spec, store_url)
+    requeued, refused = run_with_app(app, lambda a: _requeue(a, list(run_ids) if run_ids else None))
+    if as_json:
+        render.print_json({"requeued": requeued, "count": len(requeued), "refused": refused})
+    else:
+        click.echo(f"requeued {len(requeued)} run{'' if len(requeued) == 1 else 's'}")
+    if refused:
+        raise CliError("not requeued: " + "; ".join(refused))
+
+
+async def _requeue(app: App, run_ids: list[int] | None) -> tuple[list[int], list[str]]:
+    """Requeue dead runs; named runs that are unknown or not dead are refused, with why."""
+    now = app.clock.now()
+    if run_ids is None:
+        return await app.store.requeue(None, now), []
+    # store.requeue also takes cancelled runs; the dead letter queue holds only dead ones.
+    found = {run.id: run for run in await app.store.get_runs(run_ids)}
+    dead = [i for i in run_ids if i in found and found[i].state is RunState.DEAD]
+    refused = [_refusal(i, found.get(i)) for i in dict.fromkeys(run_ids) if i not in dead]
+    return (await app.store.requeue(dead, now) if dead else []), refused
+
+
+def _refusal(run_id: int, run: Run | None) -> str:
+    if run is None:
+        return str(RunNotFoundError(f"no run has id {run_id}"))
+    return f"run {run_id} is {run.state}, not dead"
+
+
+# -- defer ---------------------------------------------------------------------------------------
+def _json_array(ctx: click.Context, param: click.Parameter, value: str) -> list[Any]:
+    """Parse ``--args``: a JSON array of positional arguments."""
+    parsed = _json(value)
+    if not isinstance(parsed, list):
+        raise click.BadParameter(f"must be a JSON array, like '[1, \"a\"]'; got {value!r}")
+    return parsed
+
+
+def _json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, Any]:
+    """Parse ``--kwargs``: a JSON object of keyword arguments."""
+    parsed = _json(value)
+    if not isinstance(parsed, dict):
+        raise click.BadParameter(f'must be a JSON object, like \'{{"to": "a"}}\'; got {value!r}')
+    return parsed
+
+
+def _json(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r} is not JSON ({exc})") from None
+
+
+@click.command()
+@click.argument("task_name", metavar="TASK")
+@click.option(
+    "--args",
+    metavar="JSON-ARRAY",
+    default="[]",
+    callback=_json_array,
+    help="Positional arguments, as a JSON array.",
+)
+@click.option(
+    "--kwargs",
+    metavar="JSON-OBJECT",
+    default="{}",
+    callback=_json_object,
+    help="Keyword arguments, as a JSON object.",
+)
+@click.option(
+    "--delay",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="Run no sooner than this many seconds from now.",
+)
+@click.option("--priority", type=int, help="Higher runs first within its queue.")
+@click.option("--queue", help="Put the run in this queue instead of the task's.")
+@click.option(
+    "--idempotency-key",
+    metavar="KEY",
+    help="Create the run only once per key; later calls return the first run's id.",
+)
+@app_options(app_required=True)
+@_json_option
+def defer(
+    task_name: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    delay: float | None,
+    priority: int | None,
+    queue: str | None,
+    idempotency_key: str | None,
+    app_spec: str,
+    store_url: str | None,
+    as_json: bool,
+) -> None:
+    """Create a run of TASK (a task name of the app) and print its id.
+
+    The arguments are checked against the task's function before anything is stored.
+    """
+    app = resolve_app(app_spec, store_url)
+    task = app.get_task(task_name)
+    # Checked before the store is opened, so a refused call leaves no trace. Task.prepare takes
+    # the arguments apart from the options, so a task argument named `delay` or `queue` works.
+    new = task.prepare(
+        args,
+        kwargs,
+        now=app.clock.now(),
+        delay=delay,
+        priority=priority,
+        queue=queue,
+        idempotency_key=idempotency_key,
+    )
+    (done,) = run_with_app(app, lambda a: a.store.defer([new], a.clock.now()))
+    if as_json:
+        render.print_json({"id": done.id, "created": done.created, "task": task.name})
+    elif done.created:
+        click.echo(f"run {done.id} created")
+    else:
+        click.echo(f"run {done.id} already exists with idempotency key {idempotency_key!r}")

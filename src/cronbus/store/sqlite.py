@@ -313,7 +313,8 @@ class SQLiteStore:
                     continue
                 del held[outcome.run_id]
                 change = finish(RunState(row[2]), outcome, row[3], now)
-                requeued = requeued or change.state is RunState.QUEUED
+                # A retry changes the earliest due time that idle workers sleep towards.
+                requeued = requeued or change.state in (RunState.QUEUED, RunState.SCHEDULED)
                 runs.append(
                     {
                         "run_id": outcome.run_id,

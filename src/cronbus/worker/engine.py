@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import socket
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,14 +48,14 @@ class Completer:
     def __init__(self, store: Store, app: App) -> None:
         self._store = store
         self._app = app
-        self._pending: list[Outcome] = []
+        self._pending: list[tuple[ClaimedRun, Outcome]] = []
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def add(self, outcome: Outcome) -> None:
+    def add(self, claimed: ClaimedRun, outcome: Outcome) -> None:
         """Queue an outcome for the next batch."""
-        self._pending.append(outcome)
+        self._pending.append((claimed, outcome))
         self._idle.clear()
         self._wake.set()
 
@@ -69,16 +70,17 @@ class Completer:
             if not self._pending:
                 self._idle.set()
 
-    async def _write(self, batch: list[Outcome]) -> None:
+    async def _write(self, batch: list[tuple[ClaimedRun, Outcome]]) -> None:
+        outcomes = [outcome for _, outcome in batch]
         while True:
             try:
-                done = await self._store.complete(batch, self._app.clock.now())
+                done = await self._store.complete(outcomes, self._app.clock.now())
                 break
             except Exception:
                 log.exception("recording %d outcomes failed; trying again", len(batch))
                 await asyncio.sleep(_RETRY_STORE_SECONDS)
-        for outcome, ok in zip(batch, done, strict=True):
-            _report(outcome, ok)
+        for (claimed, outcome), ok in zip(batch, done, strict=True):
+            _report(claimed, outcome, ok)
 
     async def drain(self) -> None:
         """Wait until every queued outcome is written."""
@@ -286,7 +288,7 @@ class Worker:
             del self._active[claimed.attempt_id]
             self._slot.set()
         if outcome is not None:
-            self._completer.add(outcome)
+            self._completer.add(claimed, outcome)
         elif not active.interrupt.done():
             log.error(
                 "run %d: attempt %d ended without an outcome", claimed.run_id, claimed.attempt_id
@@ -338,33 +340,44 @@ class Worker:
             await asyncio.sleep(pause * (0.5 + random.random()))
 
 
-def _report(outcome: Outcome, recorded: bool) -> None:
+def _report(claimed: ClaimedRun, outcome: Outcome, recorded: bool) -> None:
+    """One log line per ended attempt, with a stable ``action`` field."""
+    what = f"run {claimed.run_id} {claimed.task} attempt {claimed.attempt}"
     if not recorded:
         log.warning(
-            "run %d: attempt %d was no longer held; its outcome (%s) is dropped",
-            outcome.run_id,
-            outcome.attempt_id,
+            "%s: lease no longer held; outcome %s dropped",
+            what,
             outcome.outcome.value,
+            extra={"action": "attempt.fenced"},
         )
         return
-    error = outcome.error
+    kind = outcome.outcome.value
     if outcome.outcome is AttemptOutcome.SUCCEEDED:
-        log.info("run %d succeeded", outcome.run_id, extra={"action": "attempt.succeeded"})
-    elif outcome.retry_at is not None:
+        log.info("%s succeeded", what, extra={"action": "attempt.succeeded"})
+        return
+    error = outcome.error
+    reason = f"{error.type}: {error.message}" if error else kind
+    if outcome.outcome is AttemptOutcome.LOST:
         log.info(
-            "run %d %s (%s: %s); retry scheduled",
-            outcome.run_id,
-            outcome.outcome.value,
-            error.type if error else "",
-            error.message if error else "",
+            "%s stopped (%s); run queued again", what, reason, extra={"action": "attempt.lost"}
+        )
+    elif outcome.outcome is AttemptOutcome.CANCELLED:
+        log.info("%s cancelled", what, extra={"action": "attempt.cancelled"})
+    elif outcome.retry_at is not None:
+        delay = max(0.0, outcome.retry_at - time.time())
+        log.info(
+            "%s %s (%s); retry in %.1fs",
+            what,
+            kind,
+            reason,
+            delay,
             extra={"action": "attempt.retry"},
         )
     else:
         log.warning(
-            "run %d %s (%s: %s)",
-            outcome.run_id,
-            outcome.outcome.value,
-            error.type if error else "",
-            error.message if error else "",
-            extra={"action": f"attempt.{outcome.outcome.value}"},
+            "%s %s (%s); run is dead (dead letter)",
+            what,
+            kind,
+            reason,
+            extra={"action": "run.dead"},
         )

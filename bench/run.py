@@ -1,0 +1,89 @@
+"""Run every benchmark in sequence (defer, throughput, latency) and print a summary table.
+
+The sizes are moderate, so the whole run stays under about three minutes on a 2-core machine.
+Each benchmark can also be run on its own, with more options: see ``bench/README.md`` or
+``.venv/bin/python bench/<name>.py --help``.
+
+Example: ``make bench`` or ``.venv/bin/python bench/run.py --only throughput --repeat 3``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+
+import defer
+import latency
+import throughput
+from _common import Figure, exit_on_sigterm, heading, print_environment, print_table
+
+Main = Callable[..., list[Figure]]
+
+# name: (module main, arguments with the moderate sizes used here)
+PLAN: dict[str, tuple[Main, list[str]]] = {
+    "defer": (defer.main, ["--single", "2000", "--bulk", "50000", "--batch", "1000"]),
+    "throughput": (
+        throughput.main,
+        ["--runs", "20000", "--processes", "2,1", "--concurrency", "16"],
+    ),
+    "latency": (
+        latency.main,
+        ["--samples", "500", "--delayed-samples", "30", "--modes", "process,inprocess"],
+    ),
+}
+QUICK: dict[str, list[str]] = {
+    "defer": ["--single", "500", "--bulk", "10000", "--sync", "500"],
+    "throughput": ["--runs", "4000"],
+    "latency": ["--samples", "100", "--delayed-samples", "10"],
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line options."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--store",
+        default=None,
+        help="store URL for every benchmark (default: fresh SQLite files in a temp folder)",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="repetitions of each measurement")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=list(PLAN),
+        help="run only this benchmark (repeatable; default: all)",
+    )
+    parser.add_argument("--quick", action="store_true", help="much smaller sizes, for a smoke test")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> list[Figure]:
+    """Run the chosen benchmarks and print their figures, then the summary table."""
+    args = build_parser().parse_args(argv)
+    print_environment()
+    figures: list[Figure] = []
+    timings: list[str] = []
+    for name in args.only or list(PLAN):
+        bench_main, bench_args = PLAN[name]
+        extra = ["--repeat", str(args.repeat)]
+        if args.store:
+            extra += ["--store", args.store]
+        if args.quick:
+            extra += QUICK[name]
+        start = time.perf_counter()
+        figures.extend(bench_main([*bench_args, *extra], environment=False))
+        timings.append(f"{name} {time.perf_counter() - start:.0f}s")
+    heading("summary" + (f" (median of {args.repeat} repetitions)" if args.repeat > 1 else ""))
+    print_table(figures)
+    print(f"\ntime taken: {', '.join(timings)}")
+    print("settings of each figure are printed above it; rerun one with bench/<name>.py --help")
+    return figures
+
+
+if __name__ == "__main__":
+    exit_on_sigterm()
+    main(sys.argv[1:])

@@ -27,22 +27,43 @@ def encode_value(value: Any, what: str) -> str:
         ) from None
 
 
-def encode_call(
-    fn: Callable[..., Any], task: str, args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> tuple[str, str]:
-    """Check a call against ``fn``'s signature and encode its arguments, naming any bad one."""
+def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
+    """``fn``'s signature, or None for callables without one (some builtins)."""
     try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
-    except TypeError as exc:
-        raise InvalidArgumentError(f"task {task!r} cannot take these arguments: {exc}") from None
-    except ValueError:  # builtins without a signature: nothing to check against
-        bound = None
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def encode_call(
+    signature: inspect.Signature | None,
+    task: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> tuple[str, str]:
+    """Check a call against the task's signature and encode its arguments, naming a bad one.
+
+    The whole argument list is encoded at once; only when that fails is each argument tried
+    alone, to say which one is not JSON.
+    """
+    bound = None
+    if signature is not None:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidArgumentError(
+                f"task {task!r} cannot take these arguments: {exc}"
+            ) from None
+    try:
+        return dumps(list(args)), dumps(dict(kwargs))
+    except (TypeError, ValueError):
+        pass
     names = _names(bound, len(args))
     for index, value in enumerate(args):
         encode_value(value, f"argument {names[index]} of task {task!r}")
     for key, value in kwargs.items():
         encode_value(value, f"argument {key!r} of task {task!r}")
-    return dumps(list(args)), dumps(dict(kwargs))
+    raise SerializationError(f"the arguments of task {task!r} are not JSON")  # pragma: no cover
 
 
 def _names(bound: inspect.BoundArguments | None, count: int) -> list[str]:

@@ -14,7 +14,7 @@ from .errors import ConfigurationError, InvalidArgumentError
 from .handle import RunHandle
 from .model import NewRun
 from .retry import Retry
-from .serialization import encode_call
+from .serialization import encode_call, signature_of
 
 if TYPE_CHECKING:
     from .app import App
@@ -65,6 +65,7 @@ class Task(Generic[P, R]):
         self.timeout = check_timeout(timeout)
         self.priority = check_priority(priority)
         self.is_async = inspect.iscoroutinefunction(fn)
+        self.signature = signature_of(fn)
         self.isolation: Isolation = isolation or ("async" if self.is_async else "thread")
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -106,7 +107,7 @@ class Task(Generic[P, R]):
         idempotency_key: str | None = None,
     ) -> NewRun:
         """Validate one call and its options into a :class:`NewRun`, or raise saying why."""
-        args_json, kwargs_json = encode_call(self.fn, self.name, args, kwargs)
+        args_json, kwargs_json = encode_call(self.signature, self.name, args, kwargs)
         return NewRun(
             task=self.name,
             queue=self.queue if queue is None else check_queue(queue),

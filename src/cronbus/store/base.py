@@ -83,6 +83,12 @@ class Store(Protocol):
         """Record ended attempts; each is fenced by its attempt id (False: no longer held)."""
         ...
 
+    async def complete_and_claim(
+        self, outcomes: Sequence[Outcome], request: ClaimRequest, now: float
+    ) -> tuple[list[bool], list[ClaimedRun]]:
+        """:meth:`complete` then :meth:`claim`, in one transaction (a busy worker's loop)."""
+        ...
+
     async def heartbeat(
         self, worker_id: str, now: float, lease_seconds: float
     ) -> list[HeldAttempt]:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
+import logging
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,8 +46,14 @@ from .common import LEASE_EXPIRED, finish
 from .wake import WakeHub
 
 T = TypeVar("T")
+log = logging.getLogger("cronbus.store")
 _WAKEUP_CACHE_SECONDS = 1.0
 _REAP_BATCH = 1000
+_CHECKPOINT_EVERY = 64
+_CHECKPOINT_BYTES = 4 * 1024 * 1024
+_INLINE_BATCH = 16
+"""Defers of at most this many runs may run on the event loop's thread (see ``_call``)."""
+_NO_CLAIM = ClaimRequest(worker_id="", queues=(), limit=0, lease_seconds=0.0)
 Row = tuple[Any, ...]
 
 
@@ -65,20 +74,64 @@ class SQLiteStore:
         self.busy_timeout = busy_timeout
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
+        self._lock_fd: int | None = None
+        self._flock_held = False
+        self._writes = 0
+        self._checkpointing = False
+        self._checkpoint_conn: sqlite3.Connection | None = None
+        self._checkpointer: ThreadPoolExecutor | None = None
+        self._conn_lock = threading.Lock()
+        self._level = ""
+        self._relaxed = "normal" if synchronous in ("full", "extra") else synchronous
         self._hub = WakeHub()
         self._registered: frozenset[str] = frozenset()
         self._wakeups: list[tuple[str, frozenset[str]]] = []
         self._wakeups_read = 0.0
 
     # -- plumbing ------------------------------------------------------------------------------
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _call(self, fn: Callable[..., T], *args: Any, inline: str = "") -> T:
+        """Run ``fn`` on the connection: on the store's thread, or here when it is quick.
+
+        A thread hop costs a fifth of a millisecond or more on a small machine, more than a
+        short transaction itself, so ``inline="read"`` and ``inline="write"`` calls run on the
+        event loop's thread when the connection and (for writes) the writers' lock are free at
+        once; otherwise, and for anything that may take long, they wait on the store's thread.
+        """
         if self._executor is None:
             raise StoreError("the store is not open; use `async with app:` or `with app:`")
-        loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor, partial(fn, *args))
+            if inline and self._enter_inline(write=inline == "write"):
+                try:
+                    return fn(*args)
+                finally:
+                    self._leave_inline()
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, partial(self._locked, fn, *args))
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite store {self.path!r}: {exc}") from exc
+
+    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._conn_lock:
+            return fn(*args)
+
+    def _enter_inline(self, *, write: bool) -> bool:
+        if not self._conn_lock.acquire(blocking=False):
+            return False
+        if write and self._lock_fd is not None:
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._conn_lock.release()
+                return False
+            self._flock_held = True
+        return True
+
+    def _leave_inline(self) -> None:
+        if self._flock_held:
+            self._flock_held = False
+            assert self._lock_fd is not None
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        self._conn_lock.release()
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -86,21 +139,86 @@ class SQLiteStore:
         return self._conn
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self, *, durable: bool = True, wake: bool = False) -> Iterator[sqlite3.Connection]:
+        """One write transaction, holding the database lock from its first statement.
+
+        ``durable`` transactions (defers and commands, which users are told have happened) are
+        synced to disk at the store's ``synchronous`` level; the others (claims, completions,
+        heartbeats) at most at ``normal``: losing one in a power cut only repeats an attempt,
+        which at-least-once execution allows, and the next durable commit syncs them anyway.
+        ``wake`` re-reads the wake-up registry in the same transaction, so the nudges that follow
+        reach every listener that had registered by then.
+        """
         conn = self._db
-        conn.execute("BEGIN IMMEDIATE")
+        level = self.synchronous if durable else self._relaxed
+        if level != self._level:
+            conn.execute(f"PRAGMA synchronous = {level}")
+            self._level = level
+        with self._writer_lock():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                if wake:
+                    self._wakeups = _wakeups(conn)
+                    self._wakeups_read = time.monotonic()
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        self._writes += 1
+        if self._writes % _CHECKPOINT_EVERY == 0:
+            self._maybe_checkpoint()
+
+    def _maybe_checkpoint(self) -> None:
+        """Copy the WAL back into the database, off the hot path, once it has grown."""
+        if self._checkpointing or self._checkpointer is None or self.path == ":memory:":
+            return
         try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            size = os.stat(self.path + "-wal").st_size
+        except OSError:
+            return
+        if size < _CHECKPOINT_BYTES:
+            return
+        self._checkpointing = True
+        self._checkpointer.submit(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        try:
+            if self._checkpoint_conn is None:
+                self._checkpoint_conn = sqlite3.connect(
+                    self.path, timeout=self.busy_timeout, isolation_level=None
+                )
+            # PASSIVE never waits for readers or writers; what it cannot copy now, a later
+            # checkpoint will.
+            self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            log.warning("WAL checkpoint of %s failed: %s", self.path, exc)
+        finally:
+            self._checkpointing = False
+
+    @contextlib.contextmanager
+    def _writer_lock(self) -> Iterator[None]:
+        """Queue for the write lock in the kernel rather than in SQLite's busy handler.
+
+        SQLite's busy handler sleeps in growing steps while another process takes the lock
+        straight back, which starves one worker of two; an ``flock`` waiter is woken as soon
+        as the lock is free. SQLite's own locking still guards everything.
+        """
+        if self._lock_fd is None or self._flock_held:
+            yield
+            return
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     async def open(self) -> None:
         """Open the file (creating it), switch to WAL and apply pending migrations."""
         if self._executor is not None:
             return
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="cronbus-sqlite")
+        self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="cronbus-checkpoint")
         try:
             await self._call(self._connect)
             await self._call(self._migrate)
@@ -119,7 +237,13 @@ class SQLiteStore:
             self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
         )
         conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        if self.path != ":memory:":
+            # Checkpoints fsync the database: they run on a thread of their own (see
+            # _maybe_checkpoint), never inside the transaction that happened to fill the WAL.
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+        if self.path != ":memory:":
+            lock = os.path.abspath(self.path) + "-writer.lock"
+            self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         self._conn = conn
 
@@ -158,8 +282,20 @@ class SQLiteStore:
         if self._conn is not None:
             await self._call(self._db.close)
             self._conn = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if self._checkpointer is not None:
+            self._checkpointer.submit(self._close_checkpointer)
+            self._checkpointer.shutdown(wait=True)
+            self._checkpointer = None
         self._executor.shutdown(wait=True)
         self._executor = None
+
+    def _close_checkpointer(self) -> None:
+        if self._checkpoint_conn is not None:
+            self._checkpoint_conn.close()
+            self._checkpoint_conn = None
 
     async def schema_version(self) -> int:
         """The newest migration applied."""
@@ -175,14 +311,15 @@ class SQLiteStore:
         """Create runs in one transaction; known idempotency keys return their run."""
         if not runs:
             return []
-        result = await self._call(self._defer, runs, now)
+        quick = "write" if len(runs) <= _INLINE_BATCH else ""
+        result = await self._call(self._defer, runs, now, inline=quick)
         await self.notify([RUNS_CHANNEL])
         return result
 
     def _defer(self, runs: Sequence[NewRun], now: float) -> list[Deferred]:
         out: list[Deferred | None] = [None] * len(runs)
         payloads: list[tuple[int, str, str]] = []
-        with self._write() as conn:
+        with self._write(wake=True) as conn:
             plain = [i for i, run in enumerate(runs) if run.idempotency_key is None]
             if plain:
                 first = _sequence(conn, "runs") + 1
@@ -208,35 +345,48 @@ class SQLiteStore:
     # -- claim ---------------------------------------------------------------------------------
     async def claim(self, request: ClaimRequest, now: float) -> list[ClaimedRun]:
         """Promote due runs, then claim up to ``request.limit`` of them under a lease."""
-        if request.limit <= 0 or not request.queues:
-            return []
-        return await self._call(self._claim, request, now)
+        _, claimed = await self.complete_and_claim([], request, now)
+        return claimed
 
-    def _claim(self, request: ClaimRequest, now: float) -> list[ClaimedRun]:
-        with self._write() as conn:
-            conn.execute(q.PROMOTE_DUE, {"now": now})
-            rows = self._pick(conn, request)
-            if not rows:
-                return []
-            first = _sequence(conn, "attempts") + 1
-            conn.executemany(
-                q.INSERT_ATTEMPT,
-                [(row[0], row[1] + 1, request.worker_id, now) for row in rows],
-            )
-            expires = now + request.lease_seconds
-            conn.executemany(
-                q.START_RUN,
-                [
-                    (request.worker_id, expires, first + i, now, row[0])
-                    for i, row in enumerate(rows)
-                ],
-            )
-            ids = json.dumps([row[0] for row in rows])
-            payload = {r[0]: (r[1], r[2]) for r in conn.execute(q.PAYLOADS, (ids,))}
+    async def complete_and_claim(
+        self, outcomes: Sequence[Outcome], request: ClaimRequest, now: float
+    ) -> tuple[list[bool], list[ClaimedRun]]:
+        """Record ended attempts and claim the next runs, in one transaction."""
+        wants = request.limit > 0 and bool(request.queues)
+        if not outcomes and not wants:
+            return [], []
+
+        def exchange() -> tuple[list[bool], bool, list[ClaimedRun]]:
+            with self._write(durable=False, wake=bool(outcomes)) as conn:
+                done, requeued = self._complete_in(conn, outcomes, now)
+                claimed = self._claim_in(conn, request, now) if wants else []
+            return done, requeued, claimed
+
+        done, requeued, claimed = await self._call(exchange, inline="write")
+        if requeued:
+            await self.notify([RUNS_CHANNEL])
+        return done, claimed
+
+    def _claim_in(
+        self, conn: sqlite3.Connection, request: ClaimRequest, now: float
+    ) -> list[ClaimedRun]:
+        conn.execute(q.PROMOTE_DUE, {"now": now})
+        rows = self._pick(conn, request)
+        if not rows:
+            return []
+        first = _sequence(conn, "attempts") + 1
+        conn.executemany(
+            q.INSERT_ATTEMPT, [(row[0], row[1] + 1, request.worker_id, now) for row in rows]
+        )
+        expires = now + request.lease_seconds
+        conn.executemany(
+            q.START_RUN,
+            [(request.worker_id, expires, first + i, now, row[0]) for i, row in enumerate(rows)],
+        )
+        ids = json.dumps([row[0] for row in rows])
+        payload = {r[0]: (r[1], r[2]) for r in conn.execute(q.PAYLOADS, (ids,))}
         claimed = []
-        for i, (run_id, _attempts, used, task, queue, max_attempts, timeout, eta) in enumerate(
-            rows
-        ):
+        for i, (run_id, _, used, task, queue, max_attempts, timeout, eta) in enumerate(rows):
             args, kwargs = payload.get(run_id, ("[]", "{}"))
             claimed.append(
                 ClaimedRun(
@@ -293,45 +443,46 @@ class SQLiteStore:
         """Record ended attempts in one transaction, each fenced by its attempt id."""
         if not outcomes:
             return []
-        done, requeued = await self._call(self._complete, outcomes, now)
-        if requeued:
-            await self.notify([RUNS_CHANNEL])
+        done, _ = await self.complete_and_claim(outcomes, _NO_CLAIM, now)
         return done
 
-    def _complete(self, outcomes: Sequence[Outcome], now: float) -> tuple[list[bool], bool]:
+    def _complete_in(
+        self, conn: sqlite3.Connection, outcomes: Sequence[Outcome], now: float
+    ) -> tuple[list[bool], bool]:
         runs: list[dict[str, Any]] = []
         attempts: list[dict[str, Any]] = []
         done: list[bool] = []
         requeued = False
-        with self._write() as conn:
-            ids = json.dumps([o.run_id for o in outcomes])
-            held = {row[0]: row for row in conn.execute(q.HELD, (ids,))}
-            for outcome in outcomes:
-                row = held.get(outcome.run_id)
-                if row is None or row[1] != outcome.attempt_id:
-                    done.append(False)
-                    continue
-                del held[outcome.run_id]
-                change = finish(RunState(row[2]), outcome, row[3], now)
-                # A retry changes the earliest due time that idle workers sleep towards.
-                requeued = requeued or change.state in (RunState.QUEUED, RunState.SCHEDULED)
-                runs.append(
-                    {
-                        "run_id": outcome.run_id,
-                        "attempt_id": outcome.attempt_id,
-                        "state": change.state.value,
-                        "eta": change.eta,
-                        "lane": int(change.lane),
-                        "used": change.used,
-                        "lost": change.lost,
-                        "now": now,
-                        "finished_at": change.finished_at,
-                    }
-                )
-                attempts.append(_attempt_params(outcome, now))
-                done.append(True)
-            conn.executemany(q.FINISH_RUN, runs)
-            conn.executemany(q.FINISH_ATTEMPT, attempts)
+        if not outcomes:
+            return done, requeued
+        ids = json.dumps([o.run_id for o in outcomes])
+        held = {row[0]: row for row in conn.execute(q.HELD, (ids,))}
+        for outcome in outcomes:
+            row = held.get(outcome.run_id)
+            if row is None or row[1] != outcome.attempt_id:
+                done.append(False)
+                continue
+            del held[outcome.run_id]
+            change = finish(RunState(row[2]), outcome, row[3], now)
+            # A retry changes the earliest due time that idle workers sleep towards.
+            requeued = requeued or change.state in (RunState.QUEUED, RunState.SCHEDULED)
+            runs.append(
+                {
+                    "run_id": outcome.run_id,
+                    "attempt_id": outcome.attempt_id,
+                    "state": change.state.value,
+                    "eta": change.eta,
+                    "lane": int(change.lane),
+                    "used": change.used,
+                    "lost": change.lost,
+                    "now": now,
+                    "finished_at": change.finished_at,
+                }
+            )
+            attempts.append(_attempt_params(outcome, now))
+            done.append(True)
+        conn.executemany(q.FINISH_RUN, runs)
+        conn.executemany(q.FINISH_ATTEMPT, attempts)
         return done, requeued
 
     # -- leases --------------------------------------------------------------------------------
@@ -341,7 +492,7 @@ class SQLiteStore:
         """Renew every lease the worker holds, in one statement."""
 
         def beat() -> list[HeldAttempt]:
-            with self._write() as conn:
+            with self._write(durable=False) as conn:
                 rows = conn.execute(
                     q.RENEW_LEASES, {"expires": now + lease_seconds, "worker": worker_id}
                 ).fetchall()
@@ -351,7 +502,7 @@ class SQLiteStore:
                 for r in rows
             ]
 
-        return await self._call(beat)
+        return await self._call(beat, inline="write")
 
     async def reap(self, now: float, max_lost: int) -> list[int]:
         """Requeue the runs of expired leases; a run lost ``max_lost`` times becomes dead."""
@@ -361,7 +512,7 @@ class SQLiteStore:
         return reaped
 
     def _reap(self, now: float, max_lost: int) -> tuple[list[int], bool]:
-        with self._write() as conn:
+        with self._write(durable=False, wake=True) as conn:
             rows = conn.execute(q.EXPIRED, {"now": now, "limit": _REAP_BATCH}).fetchall()
             runs, attempts, requeued = [], [], False
             for run_id, attempt_id, state, lost, eta in rows:
@@ -400,7 +551,7 @@ class SQLiteStore:
         """Promote retries that waited ``after`` seconds to the fresh lane."""
 
         def age() -> int:
-            with self._write() as conn:
+            with self._write(durable=False) as conn:
                 return conn.execute(q.AGE_RETRIES, {"cutoff": now - after}).rowcount
 
         return await self._call(age)
@@ -410,7 +561,7 @@ class SQLiteStore:
         """Cancel a waiting run at once, or ask a running one to stop."""
 
         def cancel() -> RunState:
-            with self._write() as conn:
+            with self._write(wake=True) as conn:
                 row = conn.execute(q.RUN_STATE, (run_id,)).fetchone()
                 if row is None:
                     raise RunNotFoundError(f"no run has id {run_id}")
@@ -425,7 +576,7 @@ class SQLiteStore:
                     conn.execute(q.SET_STATE, (new.value, now, finished, run_id, old.value))
                 return new
 
-        state = await self._call(cancel)
+        state = await self._call(cancel, inline="write")
         if state is RunState.CANCELLING:
             await self.notify([CONTROL_CHANNEL])
         return state
@@ -434,7 +585,7 @@ class SQLiteStore:
         """Queue dead (or cancelled, when named) runs again, with a fresh retry budget."""
 
         def requeue() -> list[int]:
-            with self._write() as conn:
+            with self._write(wake=True) as conn:
                 if run_ids is None:
                     rows = conn.execute(q.REQUEUE_ALL_DEAD, {"now": now}).fetchall()
                 else:
@@ -450,7 +601,9 @@ class SQLiteStore:
     # -- reads ---------------------------------------------------------------------------------
     async def get_run(self, run_id: int) -> Run:
         """One run by id."""
-        row = await self._call(lambda: self._db.execute(q.GET_RUN, (run_id,)).fetchone())
+        row = await self._call(
+            lambda: self._db.execute(q.GET_RUN, (run_id,)).fetchone(), inline="read"
+        )
         if row is None:
             raise RunNotFoundError(f"no run has id {run_id}")
         return _run(row)
@@ -494,7 +647,9 @@ class SQLiteStore:
     async def next_eta(self, queues: Sequence[str]) -> float | None:
         """When the next scheduled run of ``queues`` is due."""
         names = json.dumps(list(queues))
-        row = await self._call(lambda: self._db.execute(q.NEXT_ETA, (names,)).fetchone())
+        row = await self._call(
+            lambda: self._db.execute(q.NEXT_ETA, (names,)).fetchone(), inline="read"
+        )
         return None if row is None or row[0] is None else float(row[0])
 
     # -- workers -------------------------------------------------------------------------------
@@ -514,7 +669,7 @@ class SQLiteStore:
         )
 
         def register() -> None:
-            with self._write() as conn:
+            with self._write(durable=False) as conn:
                 conn.execute(q.UPSERT_WORKER, row)
 
         await self._call(register)
@@ -523,7 +678,7 @@ class SQLiteStore:
         """Mark a worker draining or stopped."""
 
         def update() -> None:
-            with self._write() as conn:
+            with self._write(durable=False) as conn:
                 conn.execute(q.SET_WORKER_STATE, (state.value, now, worker_id))
 
         await self._call(update)
@@ -573,7 +728,7 @@ class SQLiteStore:
             row = (self._hub.address, self._hub.pid, ",".join(sorted(wanted)), time.time())
 
             def register() -> None:
-                with self._write() as conn:
+                with self._write(durable=False) as conn:
                     conn.execute(q.REGISTER_WAKEUP, row)
 
             await self._call(register)
@@ -583,8 +738,7 @@ class SQLiteStore:
         """Wake this process's listeners directly and nudge the other processes' sockets."""
         self._hub.wake_local(channels)
         if time.monotonic() - self._wakeups_read > _WAKEUP_CACHE_SECONDS:
-            rows = await self._call(lambda: self._db.execute(q.LIST_WAKEUPS).fetchall())
-            self._wakeups = [(a, frozenset(c.split(","))) for a, c in rows]
+            self._wakeups = await self._call(lambda: _wakeups(self._db))
             self._wakeups_read = time.monotonic()
         wanted = set(channels)
         targets = [address for address, chans in self._wakeups if chans & wanted]
@@ -593,13 +747,13 @@ class SQLiteStore:
             self._wakeups = [w for w in self._wakeups if w[0] not in gone]
 
             def forget() -> None:
-                with self._write() as conn:
+                with self._write(durable=False) as conn:
                     conn.executemany(q.DELETE_WAKEUP, [(a,) for a in gone])
 
             await self._call(forget)
 
     def _forget_wakeup(self) -> None:
-        with self._write() as conn:
+        with self._write(durable=False) as conn:
             conn.execute(q.DELETE_WAKEUP, (self._hub.address,))
 
 
@@ -612,6 +766,10 @@ def _statements(script: str) -> Iterator[str]:
             if buffer.strip():
                 yield buffer
             buffer = ""
+
+
+def _wakeups(conn: sqlite3.Connection) -> list[tuple[str, frozenset[str]]]:
+    return [(a, frozenset(c.split(","))) for a, c in conn.execute(q.LIST_WAKEUPS)]
 
 
 def _sequence(conn: sqlite3.Connection, table: str) -> int:

@@ -1,8 +1,10 @@
 """The worker: a short loop over the store that claims runs, executes them and reports back.
 
-Background duties run beside the claim loop: heartbeats renew leases (and carry cancel
-requests), a reaper requeues runs of lost workers and ages retries, and a completer records
-outcomes in batches (whatever finished while the previous batch was being written).
+The claim loop is the worker's only writer of outcomes: each turn records every attempt that
+ended since the last turn and claims runs for the free slots, in one transaction, so a busy
+worker costs the store one transaction per batch, not two per run. Background duties run beside
+it: heartbeats renew leases (and carry cancel requests), and a reaper requeues runs of lost
+workers and ages retries.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..config import Settings
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cronbus.worker")
 _RETRY_STORE_SECONDS = 0.5
+_RECORD_RETRIES = (0.1, 0.5, 1.0, 2.0, 5.0)
 
 
 @dataclass(slots=True)
@@ -40,51 +43,6 @@ class _Active:
     claimed: ClaimedRun
     interrupt: asyncio.Future[str]
     task: asyncio.Task[None] | None = field(default=None)
-
-
-class Completer:
-    """Records outcomes in batches: everything that ended while the last write was busy."""
-
-    def __init__(self, store: Store, app: App) -> None:
-        self._store = store
-        self._app = app
-        self._pending: list[tuple[ClaimedRun, Outcome]] = []
-        self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    def add(self, claimed: ClaimedRun, outcome: Outcome) -> None:
-        """Queue an outcome for the next batch."""
-        self._pending.append((claimed, outcome))
-        self._idle.clear()
-        self._wake.set()
-
-    async def run(self) -> None:
-        """Write batches until cancelled."""
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            batch, self._pending = self._pending, []
-            if batch:
-                await self._write(batch)
-            if not self._pending:
-                self._idle.set()
-
-    async def _write(self, batch: list[tuple[ClaimedRun, Outcome]]) -> None:
-        outcomes = [outcome for _, outcome in batch]
-        while True:
-            try:
-                done = await self._store.complete(outcomes, self._app.clock.now())
-                break
-            except Exception:
-                log.exception("recording %d outcomes failed; trying again", len(batch))
-                await asyncio.sleep(_RETRY_STORE_SECONDS)
-        for (claimed, outcome), ok in zip(batch, done, strict=True):
-            _report(claimed, outcome, ok)
-
-    async def drain(self) -> None:
-        """Wait until every queued outcome is written."""
-        await self._idle.wait()
 
 
 class Worker:
@@ -105,10 +63,10 @@ class Worker:
         self.concurrency = self.settings.concurrency
         self.id = name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._active: dict[int, _Active] = {}
+        self._ended: list[tuple[ClaimedRun, Outcome]] = []
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
         self._slot = asyncio.Event()
-        self._beat_now = asyncio.Event()
         self._rotation = 0
         self.executor = Executor(
             app.tasks,
@@ -142,13 +100,10 @@ class Worker:
         await self.store.register_worker(self._info(now, WorkerState.ALIVE))
         runs = await self.store.listen([RUNS_CHANNEL])
         control = await self.store.listen([CONTROL_CHANNEL])
-        completer = Completer(self.store, self.app)
         helpers = [
-            asyncio.create_task(completer.run(), name="cronbus-completer"),
             asyncio.create_task(self._heartbeats(control), name="cronbus-heartbeat"),
             asyncio.create_task(self._reaper(), name="cronbus-reaper"),
         ]
-        self._completer = completer
         capture.install()
         log.info(
             "worker %s serving %s with concurrency %d",
@@ -160,7 +115,6 @@ class Worker:
         try:
             await self._claim_loop(runs)
             await self._drain()
-            await completer.drain()
         finally:
             for helper in helpers:
                 helper.cancel()
@@ -189,30 +143,47 @@ class Worker:
         )
 
     async def _drain(self) -> None:
+        """Let running attempts finish within the grace period, recording them as they end;
+        then interrupt the rest (their runs are requeued) and record those too."""
         with contextlib.suppress(Exception):
             await self.store.set_worker_state(self.id, WorkerState.DRAINING, self.app.clock.now())
-        pending = {a.task for a in self._active.values() if a.task is not None}
-        if pending:
-            log.info("waiting up to %gs for %d attempts", self.settings.grace_seconds, len(pending))
-            await self._grace(pending)
+        if self._active:
+            log.info(
+                "waiting up to %gs for %d attempts", self.settings.grace_seconds, len(self._active)
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.grace_seconds
+        while self._active and not self._hurry.is_set() and loop.time() < deadline:
+            self._slot.clear()
+            await self._record(self._take_ended())
+            await _first(self._slot.wait(), self._hurry.wait(), timeout=deadline - loop.time())
         self._interrupt_all(SHUTDOWN)
         rest = [a.task for a in self._active.values() if a.task is not None]
         if rest:
             await asyncio.wait(rest)
+        await self._record(self._take_ended())
 
-    async def _grace(self, pending: set[asyncio.Task[None]]) -> None:
-        """Wait for ``pending`` until the grace period ends or a hurry is requested."""
-        hurry = asyncio.ensure_future(self._hurry.wait())
-        finished = asyncio.ensure_future(asyncio.wait(pending))
-        try:
-            await asyncio.wait(
-                {hurry, finished},
-                timeout=self.settings.grace_seconds,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        finally:
-            hurry.cancel()
-            finished.cancel()
+    def _take_ended(self) -> list[tuple[ClaimedRun, Outcome]]:
+        ended, self._ended = self._ended, []
+        return ended
+
+    async def _record(self, ended: list[tuple[ClaimedRun, Outcome]]) -> None:
+        """Record outcomes alone (no claim), trying again while the store fails."""
+        if not ended:
+            return
+        for pause in _RECORD_RETRIES:
+            try:
+                done = await self.store.complete([o for _, o in ended], self.app.clock.now())
+            except Exception:
+                log.exception("recording %d outcomes failed; trying again", len(ended))
+                await asyncio.sleep(pause)
+                continue
+            _report_all(ended, done)
+            return
+        log.error(
+            "gave up recording %d outcomes; their leases will expire and the runs be requeued",
+            len(ended),
+        )
 
     def _interrupt_all(self, reason: str) -> None:
         for active in list(self._active.values()):
@@ -222,24 +193,35 @@ class Worker:
     # -- claiming ------------------------------------------------------------------------------
     async def _claim_loop(self, runs: Listener) -> None:
         while not self._stopping.is_set():
-            free = self.concurrency - len(self._active)
-            if free <= 0 or self.executor.leaked >= self.executor.max_leaked:
-                self._slot.clear()
+            self._slot.clear()
+            ended = self._take_ended()
+            free = self._free()
+            if free == 0 and not ended:
                 await self._slot.wait()
                 continue
             try:
-                claimed = await self._claim(free)
+                claimed = await self._exchange(ended, free)
             except Exception:
-                log.exception("claiming runs failed; trying again")
+                self._ended[:0] = ended
+                log.exception("recording outcomes and claiming runs failed; trying again")
                 await self._idle(runs, _RETRY_STORE_SECONDS)
                 continue
             for run in claimed:
                 self._start(run)
-            if len(claimed) < free:
+            if len(claimed) < free and not self._ended:
                 await self._idle(runs, await self._idle_timeout())
 
-    async def _claim(self, free: int) -> list[ClaimedRun]:
-        shares = plan_shares(self.queues, free, self._rotation)
+    def _free(self) -> int:
+        """Slots to claim for: none while too many abandoned threads are still running."""
+        if self.executor.leaked >= self.executor.max_leaked:
+            return 0
+        return max(0, self.concurrency - len(self._active))
+
+    async def _exchange(
+        self, ended: list[tuple[ClaimedRun, Outcome]], free: int
+    ) -> list[ClaimedRun]:
+        """Record what ended and claim up to ``free`` runs, in one store transaction."""
+        shares = plan_shares(self.queues, free, self._rotation) if free else []
         self._rotation += 1
         request = ClaimRequest(
             worker_id=self.id,
@@ -247,7 +229,11 @@ class Worker:
             limit=free,
             lease_seconds=self.settings.lease_seconds,
         )
-        return await self.store.claim(request, self.app.clock.now())
+        done, claimed = await self.store.complete_and_claim(
+            [outcome for _, outcome in ended], request, self.app.clock.now()
+        )
+        _report_all(ended, done)
+        return claimed
 
     async def _idle_timeout(self) -> float:
         timeout = self.settings.poll_seconds
@@ -260,16 +246,10 @@ class Worker:
         return timeout
 
     async def _idle(self, runs: Listener, timeout: float) -> None:
-        """Sleep until woken by new work, a freed slot, a stop, or ``timeout``."""
+        """Sleep until woken by new work, an ended attempt, a stop, or ``timeout``."""
         if self._stopping.is_set():
             return
-        waiter = asyncio.ensure_future(runs.wait(timeout))
-        stopper = asyncio.ensure_future(self._stopping.wait())
-        try:
-            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            stopper.cancel()
+        await _first(runs.wait(timeout), self._stopping.wait(), self._slot.wait())
 
     def _start(self, claimed: ClaimedRun) -> None:
         interrupt: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -288,7 +268,8 @@ class Worker:
             del self._active[claimed.attempt_id]
             self._slot.set()
         if outcome is not None:
-            self._completer.add(claimed, outcome)
+            self._ended.append((claimed, outcome))
+            self._slot.set()
         elif not active.interrupt.done():
             log.error(
                 "run %d: attempt %d ended without an outcome", claimed.run_id, claimed.attempt_id
@@ -338,6 +319,21 @@ class Worker:
                 log.exception("reaping expired leases failed")
             pause = self.settings.lease_seconds / 2
             await asyncio.sleep(pause * (0.5 + random.random()))
+
+
+async def _first(*waits: Coroutine[Any, Any, Any], timeout: float | None = None) -> None:
+    """Wait until the first of ``waits`` is done (or ``timeout``), and cancel the others."""
+    tasks = {asyncio.ensure_future(w) for w in waits}
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def _report_all(ended: list[tuple[ClaimedRun, Outcome]], done: list[bool]) -> None:
+    for (claimed, outcome), recorded in zip(ended, done, strict=True):
+        _report(claimed, outcome, recorded)
 
 
 def _report(claimed: ClaimedRun, outcome: Outcome, recorded: bool) -> None:

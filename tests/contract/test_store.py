@@ -18,7 +18,7 @@ from cronbus.model import (
     WorkerState,
 )
 from cronbus.states import AttemptOutcome, RunState
-from cronbus.store import RUNS_CHANNEL, Store
+from cronbus.store import RUNS_CHANNEL, Store, open_store
 
 T0 = 1_700_000_000.0
 LEASE = 30.0
@@ -334,3 +334,29 @@ async def test_listeners_are_woken_in_process(store: Store) -> None:
     await store.defer([new()], T0)
     assert await listener.wait(5) is True
     await listener.close()
+
+
+async def test_listeners_are_woken_from_another_store_object(store: Store) -> None:
+    other = open_store(store.url)
+    await other.open()
+    try:
+        listener = await store.listen([RUNS_CHANNEL])
+        assert await listener.wait(0.01) is False
+        await other.defer([new()], T0)  # another connection, as another process would
+        assert await listener.wait(5) is True
+        await listener.close()
+    finally:
+        await other.close()
+
+
+async def test_reopening_applies_no_migration_twice(store: Store) -> None:
+    version = await store.schema_version()
+    assert version >= 1
+    again = open_store(store.url)
+    await again.open()
+    try:
+        assert await again.schema_version() == version
+        (d,) = await again.defer([new()], T0)
+        assert (await store.get_run(d.id)).state is RunState.QUEUED
+    finally:
+        await again.close()

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cronbus.worker")
 _RETRY_STORE_SECONDS = 0.5
+_FOREVER = 3600.0
 _RECORD_RETRIES = (0.1, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -66,14 +67,14 @@ class Worker:
         self._ended: list[tuple[ClaimedRun, Outcome]] = []
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
-        self._slot = asyncio.Event()
+        self._wake = asyncio.Event()
         self._rotation = 0
         self.executor = Executor(
             app.tasks,
             clock=app.clock,
             concurrency=self.concurrency,
             log_limit=self.settings.log_limit,
-            on_thread_freed=self._slot.set,
+            on_thread_freed=self._wake.set,
         )
 
     def request_stop(self, *, hurry: bool = False) -> None:
@@ -86,7 +87,7 @@ class Worker:
         if not self._stopping.is_set():
             log.info("worker %s draining", self.id, extra={"action": "worker.drain"})
             self._stopping.set()
-            self._slot.set()
+            self._wake.set()
 
     @property
     def store(self) -> Store:
@@ -103,6 +104,7 @@ class Worker:
         helpers = [
             asyncio.create_task(self._heartbeats(control), name="cronbus-heartbeat"),
             asyncio.create_task(self._reaper(), name="cronbus-reaper"),
+            asyncio.create_task(self._forward_wakeups(runs), name="cronbus-wakeups"),
         ]
         capture.install()
         log.info(
@@ -113,7 +115,7 @@ class Worker:
             extra={"action": "worker.start"},
         )
         try:
-            await self._claim_loop(runs)
+            await self._claim_loop()
             await self._drain()
         finally:
             for helper in helpers:
@@ -154,9 +156,9 @@ class Worker:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.grace_seconds
         while self._active and not self._hurry.is_set() and loop.time() < deadline:
-            self._slot.clear()
+            self._wake.clear()
             await self._record(self._take_ended())
-            await _first(self._slot.wait(), self._hurry.wait(), timeout=deadline - loop.time())
+            await _first(self._wake.wait(), self._hurry.wait(), timeout=deadline - loop.time())
         self._interrupt_all(SHUTDOWN)
         rest = [a.task for a in self._active.values() if a.task is not None]
         if rest:
@@ -191,25 +193,31 @@ class Worker:
                 active.interrupt.set_result(reason)
 
     # -- claiming ------------------------------------------------------------------------------
-    async def _claim_loop(self, runs: Listener) -> None:
+    async def _forward_wakeups(self, runs: Listener) -> None:
+        """Turn nudges from the store (new or requeued runs) into the worker's wake event."""
+        while True:
+            if await runs.wait(_FOREVER):
+                self._wake.set()
+
+    async def _claim_loop(self) -> None:
         while not self._stopping.is_set():
-            self._slot.clear()
+            self._wake.clear()
             ended = self._take_ended()
             free = self._free()
             if free == 0 and not ended:
-                await self._slot.wait()
+                await self._wake.wait()
                 continue
             try:
                 claimed = await self._exchange(ended, free)
             except Exception:
                 self._ended[:0] = ended
                 log.exception("recording outcomes and claiming runs failed; trying again")
-                await self._idle(runs, _RETRY_STORE_SECONDS)
+                await self._idle(_RETRY_STORE_SECONDS)
                 continue
             for run in claimed:
                 self._start(run)
             if len(claimed) < free and not self._ended:
-                await self._idle(runs, await self._idle_timeout())
+                await self._idle(await self._idle_timeout())
 
     def _free(self) -> int:
         """Slots to claim for: none while too many abandoned threads are still running."""
@@ -245,11 +253,16 @@ class Worker:
             timeout = min(timeout, max(0.0, eta - self.app.clock.now()))
         return timeout
 
-    async def _idle(self, runs: Listener, timeout: float) -> None:
-        """Sleep until woken by new work, an ended attempt, a stop, or ``timeout``."""
+    async def _idle(self, timeout: float) -> None:
+        """Sleep until woken (new work, an ended attempt, a freed thread, a stop) or ``timeout``.
+
+        Every source of work sets the one ``_wake`` event, so an idle turn costs no new tasks.
+        """
         if self._stopping.is_set():
             return
-        await _first(runs.wait(timeout), self._stopping.wait(), self._slot.wait())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
 
     def _start(self, claimed: ClaimedRun) -> None:
         interrupt: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -266,10 +279,10 @@ class Worker:
             outcome = None
         finally:
             del self._active[claimed.attempt_id]
-            self._slot.set()
+            self._wake.set()
         if outcome is not None:
             self._ended.append((claimed, outcome))
-            self._slot.set()
+            self._wake.set()
         elif not active.interrupt.done():
             log.error(
                 "run %d: attempt %d ended without an outcome", claimed.run_id, claimed.attempt_id

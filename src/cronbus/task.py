@@ -120,6 +120,29 @@ class Task(Generic[P, R]):
             idempotency_key=check_key(idempotency_key),
         )
 
+    def using(
+        self,
+        *,
+        delay: float | None = None,
+        eta: datetime | float | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Deferral:
+        """Options for one defer, kept apart from the task's own arguments.
+
+        ``task.using(queue="bulk").defer(queue="a-task-argument")`` passes ``queue`` to the
+        task; ``task.defer(..., queue="bulk")`` is the short form when names do not clash.
+        """
+        return Deferral(
+            self,
+            delay=delay,
+            eta=eta,
+            priority=priority,
+            queue=queue,
+            idempotency_key=idempotency_key,
+        )
+
     async def defer_async(
         self,
         *args: Any,
@@ -131,18 +154,10 @@ class Task(Generic[P, R]):
         **kwargs: Any,
     ) -> RunHandle:
         """Create a run of this task; it is durable when this returns."""
-        new = self.prepare(
-            args,
-            kwargs,
-            now=self.app.clock.now(),
-            delay=delay,
-            eta=eta,
-            priority=priority,
-            queue=queue,
-            idempotency_key=idempotency_key,
+        options = self.using(
+            delay=delay, eta=eta, priority=priority, queue=queue, idempotency_key=idempotency_key
         )
-        (done,) = await self.app.store.defer([new], self.app.clock.now())
-        return RunHandle(self.app, done.id, created=done.created)
+        return await options.defer_async(*args, **kwargs)
 
     def defer(
         self,
@@ -155,17 +170,10 @@ class Task(Generic[P, R]):
         **kwargs: Any,
     ) -> RunHandle:
         """Create a run of this task (blocking); returns a handle with ``.id``."""
-        return self.app.blocking(
-            self.defer_async(
-                *args,
-                delay=delay,
-                eta=eta,
-                priority=priority,
-                queue=queue,
-                idempotency_key=idempotency_key,
-                **kwargs,
-            )
+        options = self.using(
+            delay=delay, eta=eta, priority=priority, queue=queue, idempotency_key=idempotency_key
         )
+        return options.defer(*args, **kwargs)
 
     async def defer_many_async(
         self,
@@ -216,6 +224,27 @@ class Task(Generic[P, R]):
         return self.app.blocking(
             self.defer_many_async(calls, delay=delay, eta=eta, priority=priority, queue=queue)
         )
+
+
+class Deferral:
+    """A task with options for one defer (see :meth:`Task.using`)."""
+
+    __slots__ = ("_options", "task")
+
+    def __init__(self, task: Task[Any, Any], **options: Any) -> None:
+        self.task = task
+        self._options = options
+
+    async def defer_async(self, *args: Any, **kwargs: Any) -> RunHandle:
+        """Create the run; every keyword argument goes to the task."""
+        app = self.task.app
+        new = self.task.prepare(args, kwargs, now=app.clock.now(), **self._options)
+        (done,) = await app.store.defer([new], app.clock.now())
+        return RunHandle(app, done.id, created=done.created)
+
+    def defer(self, *args: Any, **kwargs: Any) -> RunHandle:
+        """Create the run (blocking)."""
+        return self.task.app.blocking(self.defer_async(*args, **kwargs))
 
 
 def _as_call(item: Call | Sequence[Any] | Mapping[str, Any]) -> Call:

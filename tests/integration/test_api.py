@@ -217,3 +217,19 @@ async def test_backoff_timing_with_the_fake_clock() -> None:
             await run_until_idle_async(app)
         run = await handle.fetch_async()
         assert (run.state, run.attempts) == (RunState.DEAD, 3)
+
+
+async def test_using_keeps_options_apart_from_task_arguments(sqlite_url: str) -> None:
+    app = App(store=sqlite_url)
+
+    @app.task
+    def route(queue: str, priority: int) -> str:
+        return f"{queue}/{priority}"
+
+    async with app:
+        handle = await route.using(queue="bulk", priority=7).defer_async(queue="q", priority=1)
+        run = await handle.fetch_async()
+        assert (run.queue, run.priority) == ("bulk", 7)
+        assert run.kwargs == {"queue": "q", "priority": 1}
+        (done,) = await run_until_idle_async(app, queues=["bulk"])
+        assert done.result == "q/1"

@@ -1,26 +1,20 @@
 """The embedded store: one SQLite file in WAL mode, shared by the processes of one machine.
 
-Every call runs on one thread that owns one connection, so the event loop never blocks on disk.
-Writes take the database lock up front (``BEGIN IMMEDIATE``): a claim is one transaction that
-reads and updates, and no other writer can slip between the two. Batches are executed with
-``executemany`` and ids are read from ``sqlite_sequence`` while the lock is held, because
-AUTOINCREMENT ids inside one write transaction are consecutive.
+The connection, its threads and transactions live in :mod:`.sqlite_db`; this module is what the
+store does with them. A claim is one write transaction that reads and updates, so no other
+writer can slip between the two. Batches are executed with ``executemany`` and ids are read
+from ``sqlite_sequence`` while the lock is held, because AUTOINCREMENT ids inside one write
+transaction are consecutive.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import fcntl
 import json
 import logging
-import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any, TypeVar
 
 from ..errors import InvalidTransitionError, RunNotFoundError, StoreError
@@ -39,18 +33,16 @@ from ..model import (
     WorkerState,
 )
 from ..states import AttemptOutcome, RunEvent, RunState, sources, transition
-from . import migrations
 from . import sqlite_sql as q
 from .base import CONTROL_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener
 from .common import LEASE_EXPIRED, finish
+from .sqlite_db import Database, Inline
 from .wake import WakeHub
 
 T = TypeVar("T")
 log = logging.getLogger("cronbus.store")
 _WAKEUP_CACHE_SECONDS = 1.0
 _REAP_BATCH = 1000
-_CHECKPOINT_EVERY = 64
-_CHECKPOINT_BYTES = 4 * 1024 * 1024
 _INLINE_BATCH = 16
 """Defers of at most this many runs may run on the event loop's thread (see ``_call``)."""
 _NO_CLAIM = ClaimRequest(worker_id="", queues=(), limit=0, lease_seconds=0.0)
@@ -72,230 +64,55 @@ class SQLiteStore:
         self.url = url or f"sqlite:///{path}"
         self.synchronous = synchronous
         self.busy_timeout = busy_timeout
-        self._executor: ThreadPoolExecutor | None = None
-        self._conn: sqlite3.Connection | None = None
-        self._lock_fd: int | None = None
-        self._flock_held = False
-        self._writes = 0
-        self._checkpointing = False
-        self._checkpoint_conn: sqlite3.Connection | None = None
-        self._checkpointer: ThreadPoolExecutor | None = None
-        self._conn_lock = threading.Lock()
-        self._level = ""
-        self._relaxed = "normal" if synchronous in ("full", "extra") else synchronous
+        self._database = Database(path, synchronous=synchronous, busy_timeout=busy_timeout)
         self._hub = WakeHub()
         self._registered: frozenset[str] = frozenset()
         self._wakeups: list[tuple[str, frozenset[str]]] = []
         self._wakeups_read = 0.0
 
-    # -- plumbing ------------------------------------------------------------------------------
-    async def _call(self, fn: Callable[..., T], *args: Any, inline: str = "") -> T:
-        """Run ``fn`` on the connection: on the store's thread, or here when it is quick.
-
-        A thread hop costs a fifth of a millisecond or more on a small machine, more than a
-        short transaction itself, so ``inline="read"`` and ``inline="write"`` calls run on the
-        event loop's thread when the connection and (for writes) the writers' lock are free at
-        once; otherwise, and for anything that may take long, they wait on the store's thread.
-        """
-        if self._executor is None:
-            raise StoreError("the store is not open; use `async with app:` or `with app:`")
-        try:
-            if inline and self._enter_inline(write=inline == "write"):
-                try:
-                    return fn(*args)
-                finally:
-                    self._leave_inline()
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._executor, partial(self._locked, fn, *args))
-        except sqlite3.Error as exc:
-            raise StoreError(f"SQLite store {self.path!r}: {exc}") from exc
-
-    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
-        with self._conn_lock:
-            return fn(*args)
-
-    def _enter_inline(self, *, write: bool) -> bool:
-        if not self._conn_lock.acquire(blocking=False):
-            return False
-        if write and self._lock_fd is not None:
-            try:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                self._conn_lock.release()
-                return False
-            self._flock_held = True
-        return True
-
-    def _leave_inline(self) -> None:
-        if self._flock_held:
-            self._flock_held = False
-            assert self._lock_fd is not None
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-        self._conn_lock.release()
-
     @property
     def _db(self) -> sqlite3.Connection:
-        assert self._conn is not None
-        return self._conn
+        return self._database.conn
+
+    async def _call(self, fn: Callable[..., T], *args: Any, inline: Inline = "") -> T:
+        return await self._database.call(fn, *args, inline=inline)
 
     @contextlib.contextmanager
     def _write(self, *, durable: bool = True, wake: bool = False) -> Iterator[sqlite3.Connection]:
-        """One write transaction, holding the database lock from its first statement.
+        """A write transaction; ``wake`` re-reads the wake-up registry inside it, so the nudges
+        that follow reach every listener that had registered by then."""
+        with self._database.write(
+            durable=durable, before_commit=self._read_wakeups if wake else None
+        ) as conn:
+            yield conn
 
-        ``durable`` transactions (defers and commands, which users are told have happened) are
-        synced to disk at the store's ``synchronous`` level; the others (claims, completions,
-        heartbeats) at most at ``normal``: losing one in a power cut only repeats an attempt,
-        which at-least-once execution allows, and the next durable commit syncs them anyway.
-        ``wake`` re-reads the wake-up registry in the same transaction, so the nudges that follow
-        reach every listener that had registered by then.
-        """
-        conn = self._db
-        level = self.synchronous if durable else self._relaxed
-        if level != self._level:
-            conn.execute(f"PRAGMA synchronous = {level}")
-            self._level = level
-        with self._writer_lock():
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                if wake:
-                    self._wakeups = _wakeups(conn)
-                    self._wakeups_read = time.monotonic()
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        self._writes += 1
-        if self._writes % _CHECKPOINT_EVERY == 0:
-            self._maybe_checkpoint()
-
-    def _maybe_checkpoint(self) -> None:
-        """Copy the WAL back into the database, off the hot path, once it has grown."""
-        if self._checkpointing or self._checkpointer is None or self.path == ":memory:":
-            return
-        try:
-            size = os.stat(self.path + "-wal").st_size
-        except OSError:
-            return
-        if size < _CHECKPOINT_BYTES:
-            return
-        self._checkpointing = True
-        self._checkpointer.submit(self._checkpoint)
-
-    def _checkpoint(self) -> None:
-        try:
-            if self._checkpoint_conn is None:
-                self._checkpoint_conn = sqlite3.connect(
-                    self.path, timeout=self.busy_timeout, isolation_level=None
-                )
-            # PASSIVE never waits for readers or writers; what it cannot copy now, a later
-            # checkpoint will.
-            self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error as exc:
-            log.warning("WAL checkpoint of %s failed: %s", self.path, exc)
-        finally:
-            self._checkpointing = False
-
-    @contextlib.contextmanager
-    def _writer_lock(self) -> Iterator[None]:
-        """Queue for the write lock in the kernel rather than in SQLite's busy handler.
-
-        SQLite's busy handler sleeps in growing steps while another process takes the lock
-        straight back, which starves one worker of two; an ``flock`` waiter is woken as soon
-        as the lock is free. SQLite's own locking still guards everything.
-        """
-        if self._lock_fd is None or self._flock_held:
-            yield
-            return
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+    def _read_wakeups(self, conn: sqlite3.Connection) -> None:
+        self._wakeups = _wakeups(conn)
+        self._wakeups_read = time.monotonic()
 
     async def open(self) -> None:
         """Open the file (creating it), switch to WAL and apply pending migrations."""
-        if self._executor is not None:
+        if self._database.is_open:
             return
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="cronbus-sqlite")
-        self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="cronbus-checkpoint")
+        self._registered = frozenset()
         try:
-            await self._call(self._connect)
-            await self._call(self._migrate)
+            await self._database.open()
         except sqlite3.Error as exc:
-            await self.close()
+            self._hub.close()
             raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
         except BaseException:
-            await self.close()
+            self._hub.close()
             raise
-
-    def _connect(self) -> None:
-        directory = os.path.dirname(self.path)
-        if self.path != ":memory:" and directory and not os.path.isdir(directory):
-            raise StoreError(f"cannot open SQLite store {self.path!r}: no folder {directory!r}")
-        conn = sqlite3.connect(
-            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
-        )
-        conn.execute("PRAGMA journal_mode = WAL")
-        if self.path != ":memory:":
-            # Checkpoints fsync the database: they run on a thread of their own (see
-            # _maybe_checkpoint), never inside the transaction that happened to fill the WAL.
-            conn.execute("PRAGMA wal_autocheckpoint = 0")
-        if self.path != ":memory:":
-            lock = os.path.abspath(self.path) + "-writer.lock"
-            self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-        self._conn = conn
-
-    def _migrate(self) -> None:
-        conn = self._db
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS cronbus_migrations "
-            "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-        )
-        known = migrations.load("sqlite")
-        with self._write():
-            row = conn.execute("SELECT coalesce(max(version), 0) FROM cronbus_migrations")
-            current = int(row.fetchone()[0])
-            if known and current > known[-1].version:
-                raise StoreError(
-                    f"the store's schema is version {current}, newer than this cronbus knows "
-                    f"({known[-1].version}); upgrade cronbus"
-                )
-            for migration in known:
-                if migration.version > current:
-                    for statement in _statements(migration.sql):
-                        conn.execute(statement)
-                    conn.execute(
-                        "INSERT INTO cronbus_migrations VALUES (?, ?, ?)",
-                        (migration.version, migration.name, time.time()),
-                    )
 
     async def close(self) -> None:
         """Unregister wake-ups and close the connection."""
-        if self._executor is None:
+        if not self._database.is_open:
             return
-        if self._hub.bound and self._conn is not None:
+        if self._hub.bound:
             with contextlib.suppress(Exception):
                 await self._call(self._forget_wakeup)
         self._hub.close()
-        if self._conn is not None:
-            await self._call(self._db.close)
-            self._conn = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-        if self._checkpointer is not None:
-            self._checkpointer.submit(self._close_checkpointer)
-            self._checkpointer.shutdown(wait=True)
-            self._checkpointer = None
-        self._executor.shutdown(wait=True)
-        self._executor = None
-
-    def _close_checkpointer(self) -> None:
-        if self._checkpoint_conn is not None:
-            self._checkpoint_conn.close()
-            self._checkpoint_conn = None
+        await self._database.close()
 
     async def schema_version(self) -> int:
         """The newest migration applied."""
@@ -311,7 +128,7 @@ class SQLiteStore:
         """Create runs in one transaction; known idempotency keys return their run."""
         if not runs:
             return []
-        quick = "write" if len(runs) <= _INLINE_BATCH else ""
+        quick: Inline = "write" if len(runs) <= _INLINE_BATCH else ""
         result = await self._call(self._defer, runs, now, inline=quick)
         await self.notify([RUNS_CHANNEL])
         return result
@@ -758,16 +575,6 @@ class SQLiteStore:
 
 
 # -- rows ----------------------------------------------------------------------------------------
-def _statements(script: str) -> Iterator[str]:
-    buffer = ""
-    for line in script.splitlines(keepends=True):
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            if buffer.strip():
-                yield buffer
-            buffer = ""
-
-
 def _wakeups(conn: sqlite3.Connection) -> list[tuple[str, frozenset[str]]]:
     return [(a, frozenset(c.split(","))) for a, c in conn.execute(q.LIST_WAKEUPS)]
 

@@ -63,8 +63,7 @@ class WakeHub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.address = "\0cronbus-" + uuid.uuid4().hex
         self.pid = os.getpid()
-        self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._sender.setblocking(False)
+        self._sender: socket.socket | None = None
 
     @property
     def bound(self) -> bool:
@@ -97,6 +96,9 @@ class WakeHub:
     def send(self, addresses: Iterable[str], channels: Sequence[str]) -> list[str]:
         """Nudge other processes; return the addresses nobody listens on any more."""
         payload = ",".join(channels).encode()
+        if self._sender is None:
+            self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self._sender.setblocking(False)
         gone = []
         for address in addresses:
             if address == self.address:
@@ -139,5 +141,7 @@ class WakeHub:
                     self._loop.remove_reader(self._sock.fileno())
             self._sock.close()
             self._sock = None
-        self._sender.close()
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None
         self._listeners.clear()

@@ -1,0 +1,273 @@
+"""The SQLite connection of a store: its threads, transactions, locks and checkpoints.
+
+One connection serves a store. Calls run on a thread that owns it, so the event loop never waits
+on the disk, except short calls, which run on the loop's thread when the connection is free (a
+thread hop costs more than they do). Writes take the database lock up front (``BEGIN
+IMMEDIATE``), queued on a kernel lock shared by every process on the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, Literal, TypeVar
+
+from ..errors import StoreError
+from . import migrations
+
+T = TypeVar("T")
+Inline = Literal["", "read", "write"]
+log = logging.getLogger("cronbus.store")
+MEMORY = ":memory:"
+_CHECKPOINT_EVERY = 64
+_CHECKPOINT_BYTES = 4 * 1024 * 1024
+_RELAXED = {"full": "normal", "extra": "normal"}
+
+
+class Database:
+    """One SQLite file in WAL mode, as a store uses it."""
+
+    def __init__(self, path: str, *, synchronous: str, busy_timeout: float) -> None:
+        self.path = path
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self._relaxed = _RELAXED.get(synchronous, synchronous)
+        self._level = ""
+        self._conn: sqlite3.Connection | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn_lock = threading.Lock()
+        self._lock_fd: int | None = None
+        self._flock_held = False
+        self._writes = 0
+        self._checkpointer: ThreadPoolExecutor | None = None
+        self._checkpoint_conn: sqlite3.Connection | None = None
+        self._checkpointing = False
+
+    @property
+    def is_open(self) -> bool:
+        """True between :meth:`open` and :meth:`close`."""
+        return self._executor is not None
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """The connection; use it only inside :meth:`call`."""
+        assert self._conn is not None
+        return self._conn
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Connect, switch to WAL and apply pending migrations."""
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="cronbus-sqlite")
+        self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="cronbus-checkpoint")
+        try:
+            await self.call(self._connect)
+            await self.call(self._migrate)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Close the connections and stop the threads."""
+        if self._executor is None:
+            return
+        if self._conn is not None:
+            await self.call(self._conn.close)
+            self._conn = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if self._checkpointer is not None:
+            self._checkpointer.submit(self._close_checkpointer)
+            self._checkpointer.shutdown(wait=True)
+            self._checkpointer = None
+        self._executor.shutdown(wait=True)
+        self._executor = None
+
+    def _connect(self) -> None:
+        directory = os.path.dirname(self.path)
+        if self.path != MEMORY and directory and not os.path.isdir(directory):
+            raise StoreError(f"cannot open SQLite store {self.path!r}: no folder {directory!r}")
+        conn = sqlite3.connect(
+            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        if self.path != MEMORY:
+            # Checkpoints fsync the database: they run on a thread of their own (see
+            # _maybe_checkpoint), never inside the transaction that happened to fill the WAL.
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+            lock = os.path.abspath(self.path) + "-writer.lock"
+            self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        self._conn = conn
+
+    def _migrate(self) -> None:
+        conn = self.conn
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS cronbus_migrations "
+            "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+        )
+        known = migrations.load("sqlite")
+        with self.write():
+            row = conn.execute("SELECT coalesce(max(version), 0) FROM cronbus_migrations")
+            current = int(row.fetchone()[0])
+            if known and current > known[-1].version:
+                raise StoreError(
+                    f"the store's schema is version {current}, newer than this cronbus knows "
+                    f"({known[-1].version}); upgrade cronbus"
+                )
+            for migration in known:
+                if migration.version > current:
+                    for statement in _statements(migration.sql):
+                        conn.execute(statement)
+                    conn.execute(
+                        "INSERT INTO cronbus_migrations VALUES (?, ?, ?)",
+                        (migration.version, migration.name, time.time()),
+                    )
+
+    # -- calls ---------------------------------------------------------------------------------
+    async def call(self, fn: Callable[..., T], *args: Any, inline: Inline = "") -> T:
+        """Run ``fn`` on the connection: on the store's thread, or here when it is quick.
+
+        A thread hop costs a fifth of a millisecond or more on a small machine, more than a
+        short transaction itself, so ``inline="read"`` and ``inline="write"`` calls run on the
+        event loop's thread when the connection and (for writes) the writers' lock are free at
+        once; otherwise, and for anything that may take long, they wait on the store's thread.
+        """
+        if self._executor is None:
+            raise StoreError("the store is not open; use `async with app:` or `with app:`")
+        try:
+            if inline and self._enter_inline(write=inline == "write"):
+                try:
+                    return fn(*args)
+                finally:
+                    self._leave_inline()
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, partial(self._locked, fn, *args))
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite store {self.path!r}: {exc}") from exc
+
+    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._conn_lock:
+            return fn(*args)
+
+    def _enter_inline(self, *, write: bool) -> bool:
+        if not self._conn_lock.acquire(blocking=False):
+            return False
+        if write and self._lock_fd is not None:
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._conn_lock.release()
+                return False
+            self._flock_held = True
+        return True
+
+    def _leave_inline(self) -> None:
+        if self._flock_held:
+            self._flock_held = False
+            assert self._lock_fd is not None
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+        self._conn_lock.release()
+
+    # -- transactions --------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def write(
+        self,
+        *,
+        durable: bool = True,
+        before_commit: Callable[[sqlite3.Connection], None] | None = None,
+    ) -> Iterator[sqlite3.Connection]:
+        """One write transaction, holding the database lock from its first statement.
+
+        ``durable`` transactions (defers and commands, which users are told have happened) are
+        synced to disk at the store's ``synchronous`` level; the others (claims, completions,
+        heartbeats) at most at ``normal``: losing one in a power cut only repeats an attempt,
+        which at-least-once execution allows, and the next durable commit syncs them anyway.
+        """
+        conn = self.conn
+        level = self.synchronous if durable else self._relaxed
+        if level != self._level:
+            conn.execute(f"PRAGMA synchronous = {level}")
+            self._level = level
+        with self._writer_lock():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                if before_commit is not None:
+                    before_commit(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        self._writes += 1
+        if self._writes % _CHECKPOINT_EVERY == 0:
+            self._maybe_checkpoint()
+
+    @contextlib.contextmanager
+    def _writer_lock(self) -> Iterator[None]:
+        """Queue for the write lock in the kernel rather than in SQLite's busy handler.
+
+        SQLite's busy handler sleeps in growing steps while another process takes the lock
+        straight back, which starves one worker of two; an ``flock`` waiter is woken as soon
+        as the lock is free. SQLite's own locking still guards everything.
+        """
+        if self._lock_fd is None or self._flock_held:
+            yield
+            return
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def _maybe_checkpoint(self) -> None:
+        """Copy the WAL back into the database, off the hot path, once it has grown."""
+        if self._checkpointing or self._checkpointer is None or self.path == MEMORY:
+            return
+        try:
+            size = os.stat(self.path + "-wal").st_size
+        except OSError:
+            return
+        if size >= _CHECKPOINT_BYTES:
+            self._checkpointing = True
+            self._checkpointer.submit(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        try:
+            if self._checkpoint_conn is None:
+                self._checkpoint_conn = sqlite3.connect(
+                    self.path, timeout=self.busy_timeout, isolation_level=None
+                )
+            # PASSIVE never waits for readers or writers; what it cannot copy now, a later
+            # checkpoint will.
+            self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            log.warning("WAL checkpoint of %s failed: %s", self.path, exc)
+        finally:
+            self._checkpointing = False
+
+    def _close_checkpointer(self) -> None:
+        if self._checkpoint_conn is not None:
+            self._checkpoint_conn.close()
+            self._checkpoint_conn = None
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Split a migration script into statements."""
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip():
+                yield buffer
+            buffer = ""

@@ -9,6 +9,7 @@
     ├── InvalidArgumentError      an option or argument is out of range or of the wrong kind
     ├── UnknownTaskError          no task of that name is registered
     ├── RunNotFoundError          no run has that id
+    ├── JobNotFoundError          no job has that name
     ├── InvalidTransitionError    a state change the run state machine forbids
     ├── StoreError                the store failed or holds an unexpected schema
     ├── RunTimeoutError           ``RunHandle.wait`` gave up before the run ended
@@ -46,6 +47,10 @@ class UnknownTaskError(CronbusError, LookupError):
 
 class RunNotFoundError(CronbusError, LookupError):
     """No run has that id."""
+
+
+class JobNotFoundError(CronbusError, LookupError):
+    """No job has that name."""
 
 
 class InvalidTransitionError(CronbusError):

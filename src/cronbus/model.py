@@ -8,6 +8,7 @@ so they are encoded once, at ``defer``, and decoded once, where they are used.
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,30 @@ class Lane(enum.IntEnum):
 
     FRESH = 0
     RETRY = 1
+
+
+class Misfire(enum.StrEnum):
+    """What a job does about fires missed by more than its grace period (downtime, lateness)."""
+
+    SKIP = "skip"
+    """Fire nothing for them; go on with the next fire after now."""
+    ONCE = "once"
+    """Fire one catch-up run now for all of them (the default)."""
+    ALL = "all"
+    """Fire a run for every missed fire, up to ``misfire_max``."""
+
+
+class Overlap(enum.StrEnum):
+    """What a job's new run does when the job's previous run is still going."""
+
+    ALLOW = "allow"
+    """Run alongside it (the default)."""
+    SKIP = "skip"
+    """Do not run: the new run ends ``skipped``, recorded."""
+    QUEUE = "queue"
+    """Wait for it to end, then run: one after the other."""
+    REPLACE = "replace"
+    """Cancel the running one, and run."""
 
 
 class WorkerState(enum.StrEnum):
@@ -51,6 +76,12 @@ class NewRun:
     # Routing hooks, honoured by the claim: a run may be pinned to one worker or need labels.
     target_worker: str | None = None
     route_key: str | None = None
+    # Job runs: one run per (job_id, fire_at); the overlap policy applies among runs that share
+    # a concurrency key, at the moment a worker claims one.
+    job_id: int | None = None
+    fire_at: float | None = None
+    concurrency_key: str | None = None
+    overlap: Overlap = Overlap.ALLOW
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,6 +209,8 @@ class Run:
     attempt_id: int | None
     target_worker: str | None = None
     route_key: str | None = None
+    job_id: int | None = None
+    fire_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,6 +219,7 @@ class RunFilter:
 
     states: Sequence[RunState] = ()
     task: str | None = None
+    job_id: int | None = None
     queue: str | None = None
     limit: int = 50
     before_id: int | None = None
@@ -206,3 +240,78 @@ class WorkerInfo:
     heartbeat_at: float
     state: WorkerState = WorkerState.ALIVE
     running: Sequence[int] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """A job's definition: what to run, when, and its policies (all resolved, ready to store)."""
+
+    name: str
+    task: str
+    trigger: dict[str, JSON]
+    args_json: str = "[]"
+    kwargs_json: str = "{}"
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 1
+    timeout: float | None = None
+    misfire: Misfire = Misfire.ONCE
+    misfire_grace: float = 1.0
+    misfire_max: int = 100
+    overlap: Overlap = Overlap.ALLOW
+    children: tuple[str, ...] = ()
+    calendars: tuple[str, ...] = ()
+    max_fires: int | None = None
+    source: str = "api"
+    paused: bool = False
+
+    @property
+    def after_seconds(self) -> float | None:
+        """For ``after`` triggers, the delay after a run ends."""
+        if self.trigger.get("kind") == "after":
+            return float(self.trigger["seconds"])
+        return None
+
+    def spec_hash(self) -> str:
+        """A digest of the definition, to tell whether a code-defined job changed."""
+        body = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "paused"}
+        text = json.dumps(body, sort_keys=True, default=str)
+        return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A job as the store holds it: its definition and where its schedule stands."""
+
+    id: int
+    spec: JobSpec
+    enabled: bool
+    next_fire_at: float | None
+    fires: int
+    last_fire_at: float | None
+    created_at: float
+    updated_at: float
+
+    @property
+    def name(self) -> str:
+        """The job's unique name."""
+        return self.spec.name
+
+    @property
+    def active(self) -> bool:
+        """True when it will fire: enabled, not paused, a next fire planned."""
+        return self.enabled and not self.spec.paused and self.next_fire_at is not None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fire:
+    """A scheduler's plan for one due job: the runs to create, and the job's next fire.
+
+    The store applies it only if the job's next fire is still ``expected`` (compare-and-set),
+    so two schedulers that planned the same fire create its runs once.
+    """
+
+    job_id: int
+    expected: float
+    next_fire_at: float | None
+    runs: Sequence[NewRun]

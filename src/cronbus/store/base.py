@@ -17,6 +17,9 @@ from ..model import (
     ClaimedRun,
     ClaimRequest,
     Deferred,
+    Fire,
+    Job,
+    JobSpec,
     NewRun,
     Outcome,
     Run,
@@ -30,6 +33,8 @@ RUNS_CHANNEL = "runs"
 """Wake-up channel: new or requeued runs may be claimable."""
 CONTROL_CHANNEL = "control"
 """Wake-up channel: a running run was asked to cancel."""
+JOBS_CHANNEL = "jobs"
+"""Wake-up channel: a job was added, changed, or is waiting for its next fire to be planned."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +138,53 @@ class Store(Protocol):
 
     async def next_eta(self, queues: Sequence[str]) -> float | None:
         """When the earliest scheduled run of these queues becomes due, if any."""
+        ...
+
+    # -- jobs ----------------------------------------------------------------------------------
+    async def put_job(self, spec: JobSpec, next_fire_at: float | None, now: float) -> Job:
+        """Create or replace the job named ``spec.name`` (its fire count and id are kept)."""
+        ...
+
+    async def get_job(self, name: str) -> Job:
+        """One job, or :class:`~cronbus.errors.JobNotFoundError`."""
+        ...
+
+    async def list_jobs(self) -> list[Job]:
+        """Every job, by name."""
+        ...
+
+    async def set_job_paused(
+        self, name: str, paused: bool, next_fire_at: float | None, now: float
+    ) -> Job:
+        """Pause a job, or resume it with its next fire planned anew."""
+        ...
+
+    async def disable_jobs(self, names: Sequence[str], now: float) -> list[str]:
+        """Stop jobs removed from the code from firing, keeping them; return those changed."""
+        ...
+
+    async def delete_job(self, name: str) -> None:
+        """Delete a job; its runs stay."""
+        ...
+
+    async def due_jobs(self, until: float, limit: int) -> list[Job]:
+        """Active jobs whose next fire is at or before ``until``, earliest first."""
+        ...
+
+    async def fire(self, fires: Sequence[Fire], now: float) -> list[bool]:
+        """Apply fires in one transaction; each only if its job's next fire is as expected."""
+        ...
+
+    async def next_job_fire(self) -> float | None:
+        """The earliest planned fire of any active job."""
+        ...
+
+    async def put_calendar(self, name: str, days: Sequence[str]) -> None:
+        """Replace the dates of a named calendar (ISO dates on which jobs using it don't fire)."""
+        ...
+
+    async def get_calendars(self) -> dict[str, frozenset[str]]:
+        """Every calendar, with its dates."""
         ...
 
     # -- workers -------------------------------------------------------------------------------

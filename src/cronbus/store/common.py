@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model import Lane, Outcome
+from ..model import Job, Lane, NewRun, Outcome, Overlap
 from ..states import AttemptOutcome, RunEvent, RunState, transition
 
 LEASE_EXPIRED = "LeaseExpired"
@@ -50,4 +50,23 @@ def finish(state: RunState, outcome: Outcome, eta: float, now: float) -> Finish:
         used=used,
         lost=lost,
         finished_at=now if new.terminal else None,
+    )
+
+
+def job_run(job: Job, fire_at: float, eta: float) -> NewRun:
+    """The run of ``job`` for its fire at ``fire_at``, due at ``eta``."""
+    spec = job.spec
+    return NewRun(
+        task=spec.task,
+        queue=spec.queue,
+        args_json=spec.args_json,
+        kwargs_json=spec.kwargs_json,
+        priority=spec.priority,
+        eta=eta,
+        max_attempts=spec.max_attempts,
+        timeout=spec.timeout,
+        job_id=job.id,
+        fire_at=fire_at,
+        concurrency_key=None if spec.overlap is Overlap.ALLOW else f"job:{job.id}",
+        overlap=spec.overlap,
     )

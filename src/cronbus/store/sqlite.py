@@ -17,24 +17,29 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ..errors import InvalidTransitionError, RunNotFoundError, StoreError
+from ..errors import InvalidTransitionError, JobNotFoundError, RunNotFoundError, StoreError
 from ..model import (
     Attempt,
     ClaimedRun,
     ClaimRequest,
     Deferred,
     ErrorInfo,
+    Fire,
+    Job,
+    JobSpec,
     Lane,
     NewRun,
     Outcome,
+    Overlap,
     Run,
     RunFilter,
     WorkerInfo,
     WorkerState,
 )
 from ..states import AttemptOutcome, RunEvent, RunState, sources, transition
+from . import sqlite_jobs
 from . import sqlite_sql as q
-from .base import CONTROL_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener
+from .base import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener
 from .common import LEASE_EXPIRED, finish
 from .sqlite_db import Database, Inline
 from .wake import WakeHub
@@ -78,13 +83,23 @@ class SQLiteStore:
         return await self._database.call(fn, *args, inline=inline)
 
     @contextlib.contextmanager
-    def _write(self, *, durable: bool = True, wake: bool = False) -> Iterator[sqlite3.Connection]:
-        """A write transaction; ``wake`` re-reads the wake-up registry inside it, so the nudges
-        that follow reach every listener that had registered by then."""
-        with self._database.write(
-            durable=durable, before_commit=self._read_wakeups if wake else None
-        ) as conn:
+    def _write(
+        self, *, durable: bool = True, wake: bool | set[str] = False
+    ) -> Iterator[sqlite3.Connection]:
+        """A write transaction. ``wake`` (or a set of channels that ends up non-empty) re-reads
+        the wake-up registry inside it, so the nudges that follow reach every listener that had
+        registered by then."""
+
+        def before_commit(conn: sqlite3.Connection) -> None:
+            if wake:
+                self._read_wakeups(conn)
+
+        with self._database.write(durable=durable, before_commit=before_commit) as conn:
             yield conn
+
+    async def _nudge(self, channels: set[str]) -> None:
+        if channels:
+            await self.notify(sorted(channels))
 
     def _read_wakeups(self, conn: sqlite3.Connection) -> None:
         self._wakeups = _wakeups(conn)
@@ -134,30 +149,8 @@ class SQLiteStore:
         return result
 
     def _defer(self, runs: Sequence[NewRun], now: float) -> list[Deferred]:
-        out: list[Deferred | None] = [None] * len(runs)
-        payloads: list[tuple[int, str, str]] = []
         with self._write(wake=True) as conn:
-            plain = [i for i, run in enumerate(runs) if run.idempotency_key is None]
-            if plain:
-                first = _sequence(conn, "runs") + 1
-                conn.executemany(q.INSERT_RUN, [_run_row(runs[i], now) for i in plain])
-                if _sequence(conn, "runs") != first + len(plain) - 1:
-                    raise StoreError("run ids were not consecutive inside one transaction")
-                for offset, i in enumerate(plain):
-                    out[i] = Deferred(id=first + offset, created=True)
-                    payloads.append((first + offset, runs[i].args_json, runs[i].kwargs_json))
-            for i, run in enumerate(runs):
-                if run.idempotency_key is None:
-                    continue
-                row = conn.execute(q.INSERT_KEYED_RUN, _run_row(run, now)).fetchone()
-                if row is None:
-                    (existing,) = conn.execute(q.RUN_BY_KEY, (run.idempotency_key,)).fetchone()
-                    out[i] = Deferred(id=existing, created=False)
-                else:
-                    out[i] = Deferred(id=row[0], created=True)
-                    payloads.append((row[0], run.args_json, run.kwargs_json))
-            conn.executemany(q.INSERT_PAYLOAD, payloads)
-        return [d for d in out if d is not None]
+            return insert_runs(conn, runs, now)
 
     # -- claim ---------------------------------------------------------------------------------
     async def claim(self, request: ClaimRequest, now: float) -> list[ClaimedRun]:
@@ -173,22 +166,22 @@ class SQLiteStore:
         if not outcomes and not wants:
             return [], []
 
-        def exchange() -> tuple[list[bool], bool, list[ClaimedRun]]:
-            with self._write(durable=False, wake=bool(outcomes)) as conn:
-                done, requeued = self._complete_in(conn, outcomes, now)
-                claimed = self._claim_in(conn, request, now) if wants else []
-            return done, requeued, claimed
+        def exchange() -> tuple[list[bool], list[ClaimedRun], set[str]]:
+            nudges: set[str] = set()
+            with self._write(durable=False, wake=nudges) as conn:
+                done = self._complete_in(conn, outcomes, now, nudges)
+                claimed = self._claim_in(conn, request, now, nudges) if wants else []
+            return done, claimed, nudges
 
-        done, requeued, claimed = await self._call(exchange, inline="write")
-        if requeued:
-            await self.notify([RUNS_CHANNEL])
+        done, claimed, nudges = await self._call(exchange, inline="write")
+        await self._nudge(nudges)
         return done, claimed
 
     def _claim_in(
-        self, conn: sqlite3.Connection, request: ClaimRequest, now: float
+        self, conn: sqlite3.Connection, request: ClaimRequest, now: float, nudges: set[str]
     ) -> list[ClaimedRun]:
         conn.execute(q.PROMOTE_DUE, {"now": now})
-        rows = self._pick(conn, request)
+        rows = self._overlap(conn, self._pick(conn, request), now, nudges)
         if not rows:
             return []
         first = _sequence(conn, "attempts") + 1
@@ -203,7 +196,7 @@ class SQLiteStore:
         ids = json.dumps([row[0] for row in rows])
         payload = {r[0]: (r[1], r[2]) for r in conn.execute(q.PAYLOADS, (ids,))}
         claimed = []
-        for i, (run_id, _, used, task, queue, max_attempts, timeout, eta) in enumerate(rows):
+        for i, (run_id, _, used, task, queue, max_attempts, timeout, eta, *_) in enumerate(rows):
             args, kwargs = payload.get(run_id, ("[]", "{}"))
             claimed.append(
                 ClaimedRun(
@@ -220,6 +213,44 @@ class SQLiteStore:
                 )
             )
         return claimed
+
+    def _overlap(
+        self, conn: sqlite3.Connection, rows: list[Row], now: float, nudges: set[str]
+    ) -> list[Row]:
+        """Apply job overlap policies among runs that share a concurrency key.
+
+        ``queue`` runs whose key is busy were not selected; a ``skip`` run whose key is busy
+        (or taken earlier in this batch) ends skipped; a ``replace`` run asks the busy one to
+        cancel and starts.
+        """
+        keys = {row[8] for row in rows if row[8] is not None}
+        if not keys:
+            return rows
+        busy: dict[str, list[int]] = {}
+        for key, run_id in conn.execute(q.ACTIVE_KEYS, (json.dumps(sorted(keys)),)):
+            busy.setdefault(key, []).append(run_id)
+        kept, skipped, taken = [], [], set()
+        for row in rows:
+            key, overlap = row[8], Overlap(row[9] or Overlap.ALLOW)
+            if key is None or overlap is Overlap.ALLOW:
+                kept.append(row)
+            elif key in busy and overlap is Overlap.REPLACE and key not in taken:
+                for run_id in busy.pop(key):
+                    conn.execute(q.CANCEL_RUNNING, {"id": run_id, "now": now})
+                nudges.add(CONTROL_CHANNEL)
+                kept.append(row)
+            elif key in busy or key in taken:
+                if overlap is Overlap.SKIP:
+                    skipped.append(row[0])
+                # QUEUE (or a second REPLACE in one batch): it waits for the next claim.
+            else:
+                kept.append(row)
+            if key is not None:
+                taken.add(key)
+        if skipped:
+            conn.executemany(q.SKIP_RUN, [{"id": run_id, "now": now} for run_id in skipped])
+            self._jobs_runs_ended(conn, skipped, now, nudges)
+        return kept
 
     def _pick(self, conn: sqlite3.Connection, request: ClaimRequest) -> list[Row]:
         """Each queue's share first, then what is left to the queues that had more."""
@@ -264,25 +295,28 @@ class SQLiteStore:
         return done
 
     def _complete_in(
-        self, conn: sqlite3.Connection, outcomes: Sequence[Outcome], now: float
-    ) -> tuple[list[bool], bool]:
+        self, conn: sqlite3.Connection, outcomes: Sequence[Outcome], now: float, nudges: set[str]
+    ) -> list[bool]:
+        if not outcomes:
+            return []
         runs: list[dict[str, Any]] = []
         attempts: list[dict[str, Any]] = []
         done: list[bool] = []
-        requeued = False
-        if not outcomes:
-            return done, requeued
+        ended_jobs: list[int] = []
         ids = json.dumps([o.run_id for o in outcomes])
         held = {row[0]: row for row in conn.execute(q.HELD, (ids,))}
         for outcome in outcomes:
-            row = held.get(outcome.run_id)
+            row = held.pop(outcome.run_id, None)
             if row is None or row[1] != outcome.attempt_id:
                 done.append(False)
                 continue
-            del held[outcome.run_id]
             change = finish(RunState(row[2]), outcome, row[3], now)
-            # A retry changes the earliest due time that idle workers sleep towards.
-            requeued = requeued or change.state in (RunState.QUEUED, RunState.SCHEDULED)
+            # A retry changes the earliest due time that idle workers sleep towards, and runs
+            # queued behind a key wait for this one to end.
+            if change.state in (RunState.QUEUED, RunState.SCHEDULED) or row[5] is not None:
+                nudges.add(RUNS_CHANNEL)
+            if row[4] is not None and change.state.terminal:
+                ended_jobs.append(outcome.run_id)
             runs.append(
                 {
                     "run_id": outcome.run_id,
@@ -300,7 +334,19 @@ class SQLiteStore:
             done.append(True)
         conn.executemany(q.FINISH_RUN, runs)
         conn.executemany(q.FINISH_ATTEMPT, attempts)
-        return done, requeued
+        self._jobs_runs_ended(conn, ended_jobs, now, nudges)
+        return done
+
+    def _jobs_runs_ended(
+        self, conn: sqlite3.Connection, run_ids: Sequence[int], now: float, nudges: set[str]
+    ) -> None:
+        """Job runs reached an end: ``after`` jobs plan their next fire, children fire."""
+        if not run_ids:
+            return
+        rows = conn.execute(q.JOB_RUN_STATES, (json.dumps(list(run_ids)),)).fetchall()
+        ended = [(job_id, RunState(state)) for job_id, state in rows]
+        if sqlite_jobs.runs_ended(conn, ended, now, insert_runs):
+            nudges.update((JOBS_CHANNEL, RUNS_CHANNEL))
 
     # -- leases --------------------------------------------------------------------------------
     async def heartbeat(
@@ -323,22 +369,25 @@ class SQLiteStore:
 
     async def reap(self, now: float, max_lost: int) -> list[int]:
         """Requeue the runs of expired leases; a run lost ``max_lost`` times becomes dead."""
-        reaped, requeued = await self._call(self._reap, now, max_lost)
-        if requeued:
-            await self.notify([RUNS_CHANNEL])
+        reaped, nudges = await self._call(self._reap, now, max_lost)
+        await self._nudge(nudges)
         return reaped
 
-    def _reap(self, now: float, max_lost: int) -> tuple[list[int], bool]:
-        with self._write(durable=False, wake=True) as conn:
+    def _reap(self, now: float, max_lost: int) -> tuple[list[int], set[str]]:
+        nudges: set[str] = set()
+        with self._write(durable=False, wake=nudges) as conn:
             rows = conn.execute(q.EXPIRED, {"now": now, "limit": _REAP_BATCH}).fetchall()
-            runs, attempts, requeued = [], [], False
-            for run_id, attempt_id, state, lost, eta in rows:
+            runs, attempts, ended = [], [], []
+            for run_id, attempt_id, state, lost, eta, job_id in rows:
                 new = transition(RunState(state), RunEvent.LOSE)
                 message = "the worker holding the lease stopped renewing it"
                 if new is RunState.QUEUED and lost + 1 >= max_lost:
                     new = RunState.DEAD
                     message += f"; lost {lost + 1} times, so the run is dead"
-                requeued = requeued or new is RunState.QUEUED
+                if new is RunState.QUEUED:
+                    nudges.add(RUNS_CHANNEL)
+                elif job_id is not None:
+                    ended.append(run_id)
                 runs.append(
                     {
                         "run_id": run_id,
@@ -362,7 +411,8 @@ class SQLiteStore:
                 attempts.append(_attempt_params(lost_outcome, now))
             conn.executemany(q.FINISH_RUN, runs)
             conn.executemany(q.FINISH_ATTEMPT, attempts)
-        return [r[0] for r in rows], requeued
+            self._jobs_runs_ended(conn, ended, now, nudges)
+        return [r[0] for r in rows], nudges
 
     async def age_retries(self, now: float, after: float) -> int:
         """Promote retries that waited ``after`` seconds to the fresh lane."""
@@ -377,8 +427,9 @@ class SQLiteStore:
     async def cancel(self, run_id: int, now: float) -> RunState:
         """Cancel a waiting run at once, or ask a running one to stop."""
 
-        def cancel() -> RunState:
-            with self._write(wake=True) as conn:
+        def cancel() -> tuple[RunState, set[str]]:
+            nudges: set[str] = set()
+            with self._write(wake=nudges) as conn:
                 row = conn.execute(q.RUN_STATE, (run_id,)).fetchone()
                 if row is None:
                     raise RunNotFoundError(f"no run has id {run_id}")
@@ -391,11 +442,14 @@ class SQLiteStore:
                 if new is not old:
                     finished = now if new.terminal else None
                     conn.execute(q.SET_STATE, (new.value, now, finished, run_id, old.value))
-                return new
+                if new is RunState.CANCELLING:
+                    nudges.add(CONTROL_CHANNEL)
+                elif row[1] is not None:
+                    self._jobs_runs_ended(conn, [run_id], now, nudges)
+            return new, nudges
 
-        state = await self._call(cancel, inline="write")
-        if state is RunState.CANCELLING:
-            await self.notify([CONTROL_CHANNEL])
+        state, nudges = await self._call(cancel, inline="write")
+        await self._nudge(nudges)
         return state
 
     async def requeue(self, run_ids: Sequence[int] | None, now: float) -> list[int]:
@@ -468,6 +522,113 @@ class SQLiteStore:
             lambda: self._db.execute(q.NEXT_ETA, (names,)).fetchone(), inline="read"
         )
         return None if row is None or row[0] is None else float(row[0])
+
+    # -- jobs ----------------------------------------------------------------------------------
+    async def put_job(self, spec: JobSpec, next_fire_at: float | None, now: float) -> Job:
+        """Create or replace the job named ``spec.name``."""
+
+        def put() -> Job:
+            with self._write(wake=True) as conn:
+                conn.execute(
+                    sqlite_jobs.UPSERT_JOB, sqlite_jobs.job_params(spec, next_fire_at, now)
+                )
+                return sqlite_jobs.get_job(conn, spec.name)
+
+        job = await self._call(put)
+        await self.notify([JOBS_CHANNEL])
+        return job
+
+    async def get_job(self, name: str) -> Job:
+        """One job by name."""
+        return await self._call(sqlite_jobs.get_job, self._db, name, inline="read")
+
+    async def list_jobs(self) -> list[Job]:
+        """Every job, by name."""
+        rows = await self._call(lambda: self._db.execute(sqlite_jobs.LIST_JOBS).fetchall())
+        return [sqlite_jobs.job_from_row(row) for row in rows]
+
+    async def set_job_paused(
+        self, name: str, paused: bool, next_fire_at: float | None, now: float
+    ) -> Job:
+        """Pause a job, or resume it with its next fire planned anew."""
+
+        def update() -> Job:
+            with self._write(wake=True) as conn:
+                sqlite_jobs.get_job(conn, name)
+                conn.execute(sqlite_jobs.SET_PAUSED, (int(paused), next_fire_at, now, name))
+                return sqlite_jobs.get_job(conn, name)
+
+        job = await self._call(update)
+        await self.notify([JOBS_CHANNEL])
+        return job
+
+    async def disable_jobs(self, names: Sequence[str], now: float) -> list[str]:
+        """Stop jobs removed from the code from firing; they are kept."""
+
+        def disable() -> list[str]:
+            with self._write() as conn:
+                rows = conn.execute(sqlite_jobs.DISABLE, (now, json.dumps(list(names))))
+                return sorted(r[0] for r in rows)
+
+        return await self._call(disable)
+
+    async def delete_job(self, name: str) -> None:
+        """Delete a job; its runs stay."""
+
+        def delete() -> None:
+            with self._write() as conn:
+                if conn.execute(sqlite_jobs.DELETE, (name,)).fetchone() is None:
+                    raise JobNotFoundError(f"no job named {name!r}")
+
+        await self._call(delete)
+
+    async def due_jobs(self, until: float, limit: int) -> list[Job]:
+        """Active jobs due by ``until``, earliest first (through the ``jobs_due`` index)."""
+        rows = await self._call(
+            lambda: self._db.execute(sqlite_jobs.DUE_JOBS, (until, limit)).fetchall(),
+            inline="read",
+        )
+        return [sqlite_jobs.job_from_row(row) for row in rows]
+
+    async def fire(self, fires: Sequence[Fire], now: float) -> list[bool]:
+        """Apply fires in one transaction, each by compare-and-set of its job's next fire."""
+        if not fires:
+            return []
+
+        def apply() -> list[bool]:
+            with self._write(wake=True) as conn:
+                return sqlite_jobs.fire(conn, fires, now, insert_runs)
+
+        done = await self._call(apply, inline="write" if len(fires) <= _INLINE_BATCH else "")
+        if any(done):
+            await self.notify([RUNS_CHANNEL])
+        return done
+
+    async def next_job_fire(self) -> float | None:
+        """The earliest planned fire of any active job."""
+        row = await self._call(
+            lambda: self._db.execute(sqlite_jobs.NEXT_FIRE).fetchone(), inline="read"
+        )
+        return None if row is None or row[0] is None else float(row[0])
+
+    async def put_calendar(self, name: str, days: Sequence[str]) -> None:
+        """Replace the dates of a named calendar."""
+
+        def put() -> None:
+            with self._write() as conn:
+                conn.execute(sqlite_jobs.CLEAR_CALENDAR, (name,))
+                conn.executemany(sqlite_jobs.PUT_DAY, [(name, day) for day in days])
+
+        await self._call(put)
+        await self.notify([JOBS_CHANNEL])
+
+    async def get_calendars(self) -> dict[str, frozenset[str]]:
+        """Every calendar, with its dates."""
+        rows = await self._call(lambda: self._db.execute(sqlite_jobs.CALENDARS).fetchall())
+        calendars: dict[str, set[str]] = {}
+        for name, day in rows:
+            calendars.setdefault(name, set()).add(day)
+        return {name: frozenset(days) for name, days in calendars.items()}
 
     # -- workers -------------------------------------------------------------------------------
     async def register_worker(self, worker: WorkerInfo) -> None:
@@ -575,6 +736,40 @@ class SQLiteStore:
 
 
 # -- rows ----------------------------------------------------------------------------------------
+def insert_runs(conn: sqlite3.Connection, runs: Sequence[NewRun], now: float) -> list[Deferred]:
+    """Insert runs and their payloads; a known idempotency key or (job, fire) returns its run.
+
+    Plain runs go in with one ``executemany``, their ids read from ``sqlite_sequence`` (the
+    write lock makes them consecutive); keyed ones one at a time, to learn which were new.
+    """
+    out: list[Deferred | None] = [None] * len(runs)
+    payloads: list[tuple[int, str, str]] = []
+    plain = [i for i, run in enumerate(runs) if run.idempotency_key is None and run.job_id is None]
+    if plain:
+        first = _sequence(conn, "runs") + 1
+        conn.executemany(q.INSERT_RUN, [_run_row(runs[i], now) for i in plain])
+        if _sequence(conn, "runs") != first + len(plain) - 1:
+            raise StoreError("run ids were not consecutive inside one transaction")
+        for offset, i in enumerate(plain):
+            out[i] = Deferred(id=first + offset, created=True)
+            payloads.append((first + offset, runs[i].args_json, runs[i].kwargs_json))
+    for i, run in enumerate(runs):
+        if out[i] is not None:
+            continue
+        row = conn.execute(q.INSERT_KEYED_RUN, _run_row(run, now)).fetchone()
+        if row is not None:
+            out[i] = Deferred(id=row[0], created=True)
+            payloads.append((row[0], run.args_json, run.kwargs_json))
+            continue
+        if run.idempotency_key is not None:
+            existing = conn.execute(q.RUN_BY_KEY, (run.idempotency_key,)).fetchone()
+        else:
+            existing = conn.execute(q.RUN_BY_FIRE, (run.job_id, run.fire_at)).fetchone()
+        out[i] = Deferred(id=existing[0], created=False)
+    conn.executemany(q.INSERT_PAYLOAD, payloads)
+    return [d for d in out if d is not None]
+
+
 def _wakeups(conn: sqlite3.Connection) -> list[tuple[str, frozenset[str]]]:
     return [(a, frozenset(c.split(","))) for a, c in conn.execute(q.LIST_WAKEUPS)]
 
@@ -597,6 +792,10 @@ def _run_row(run: NewRun, now: float) -> tuple[Any, ...]:
         run.idempotency_key,
         run.target_worker,
         run.route_key,
+        run.job_id,
+        run.fire_at,
+        run.concurrency_key,
+        run.overlap.value,
         now,
         now,
     )
@@ -647,6 +846,8 @@ def _run(row: Row) -> Run:
         kwargs=json.loads(row[21]) if row[21] is not None else {},
         result=json.loads(row[22]) if row[22] is not None else None,
         error=_error(row[23], row[24], row[25]),
+        job_id=row[26],
+        fire_at=row[27],
     )
 
 

@@ -8,7 +8,7 @@ _RUN_COLUMNS = """
     r.id, r.task, r.queue, r.state, r.priority, r.lane, r.eta, r.attempts, r.used,
     r.max_attempts, r.timeout, r.idempotency_key, r.created_at, r.updated_at, r.finished_at,
     r.lease_owner, r.lease_expires, r.attempt_id, r.target_worker, r.route_key,
-    p.args, p.kwargs, a.result, a.error_type, a.error_message, a.traceback
+    p.args, p.kwargs, a.result, a.error_type, a.error_message, a.traceback, r.job_id, r.fire_at
 """
 _RUN_FROM = """
     FROM runs r
@@ -18,13 +18,13 @@ _RUN_FROM = """
 
 INSERT_RUN = """
 INSERT INTO runs (task, queue, state, priority, lane, eta, max_attempts, timeout,
-                  idempotency_key, target_worker, route_key, created_at, updated_at)
-VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)
+                  idempotency_key, target_worker, route_key, job_id, fire_at, concurrency_key,
+                  overlap, created_at, updated_at)
+VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
-INSERT_KEYED_RUN = (
-    INSERT_RUN
-    + " ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id"
-)
+# Without a target, DO NOTHING covers every unique key: the idempotency key and (job, fire).
+INSERT_KEYED_RUN = INSERT_RUN + " ON CONFLICT DO NOTHING RETURNING id"
+RUN_BY_FIRE = "SELECT id FROM runs WHERE job_id = ? AND fire_at = ?"
 RUN_BY_KEY = "SELECT id FROM runs WHERE idempotency_key = ?"
 LAST_RUN_ID = "SELECT seq FROM sqlite_sequence WHERE name = 'runs'"
 INSERT_PAYLOAD = "INSERT INTO run_payloads (run_id, args, kwargs) VALUES (?, ?, ?)"
@@ -33,12 +33,29 @@ PROMOTE_DUE = f"""
 UPDATE runs SET state = 'queued', updated_at = :now
 WHERE state IN {sql_in(sources(RunEvent.DUE))} AND eta <= :now
 """
-SELECT_READY = """
-SELECT id, attempts, used, task, queue, max_attempts, timeout, eta FROM runs
+# Runs of a job with overlap=queue wait while another run with their key is active.
+SELECT_READY = f"""
+SELECT id, attempts, used, task, queue, max_attempts, timeout, eta, concurrency_key, overlap
+FROM runs
 WHERE state = 'queued' AND queue = :queue
   AND (target_worker IS NULL OR target_worker = :worker)
+  AND NOT (overlap = 'queue' AND concurrency_key IN (
+        SELECT concurrency_key FROM runs
+        WHERE concurrency_key IS NOT NULL AND state IN {sql_in(ACTIVE)}))
 ORDER BY lane, priority DESC, eta, id
 LIMIT :limit OFFSET :offset
+"""
+ACTIVE_KEYS = f"""
+SELECT concurrency_key, id FROM runs
+WHERE concurrency_key IN (SELECT value FROM json_each(?)) AND state IN {sql_in(ACTIVE)}
+"""
+SKIP_RUN = f"""
+UPDATE runs SET state = 'skipped', updated_at = :now, finished_at = :now
+WHERE id = :id AND state IN {sql_in(sources(RunEvent.SKIP))}
+"""
+CANCEL_RUNNING = """
+UPDATE runs SET state = 'cancelling', updated_at = :now
+WHERE id = :id AND state = 'running'
 """
 INSERT_ATTEMPT = "INSERT INTO attempts (run_id, number, worker_id, started_at) VALUES (?, ?, ?, ?)"
 START_RUN = """
@@ -51,7 +68,8 @@ PAYLOADS = (
 )
 
 HELD = f"""
-SELECT id, attempt_id, state, eta FROM runs WHERE id IN (SELECT value FROM json_each(?))
+SELECT id, attempt_id, state, eta, job_id, concurrency_key FROM runs
+WHERE id IN (SELECT value FROM json_each(?))
   AND state IN {sql_in(ACTIVE)}
 """
 FINISH_RUN = """
@@ -75,13 +93,16 @@ RETURNING id, attempt_id, state
 WORKER_SEEN = "UPDATE workers SET heartbeat_at = :now WHERE id = :worker"
 
 EXPIRED = f"""
-SELECT id, attempt_id, state, lost, eta FROM runs
+SELECT id, attempt_id, state, lost, eta, job_id FROM runs
 WHERE state IN {sql_in(ACTIVE)} AND lease_expires < :now
 ORDER BY lease_expires LIMIT :limit
 """
 AGE_RETRIES = "UPDATE runs SET lane = 0 WHERE state = 'queued' AND lane = 1 AND eta <= :cutoff"
 
-RUN_STATE = "SELECT state FROM runs WHERE id = ?"
+RUN_STATE = "SELECT state, job_id FROM runs WHERE id = ?"
+JOB_RUN_STATES = """
+SELECT job_id, state FROM runs WHERE id IN (SELECT value FROM json_each(?)) AND job_id IS NOT NULL
+"""
 SET_STATE = "UPDATE runs SET state = ?, updated_at = ?, finished_at = ? WHERE id = ? AND state = ?"
 REQUEUE_IDS = f"""
 UPDATE runs SET state = 'queued', lane = 0, used = 0, lost = 0, eta = :now, updated_at = :now,

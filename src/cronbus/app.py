@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
 from .clock import Clock, SystemClock
 from .config import Settings
 from .errors import ConfigurationError, CronbusError, UnknownTaskError
+from .jobs import JobOptions, Jobs, build_spec
+from .model import JobSpec
 from .portal import Portal
 from .retry import Retry
 from .store import Store, default_url, open_store
@@ -44,6 +47,9 @@ class App:
         self.settings = (settings or Settings.load()).with_overrides(lease_seconds=lease_seconds)
         self.clock: Clock = clock or SystemClock()
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.code_jobs: dict[str, JobSpec] = {}
+        self.jobs = Jobs(self)
+        """Jobs in the store: ``await app.jobs.add(...)``, ``pause``, ``resume``, ``trigger``..."""
         self._startup: list[Hook] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._portal: Portal | None = None
@@ -135,6 +141,76 @@ class App:
             if task.name in self.tasks:
                 raise ConfigurationError(f"two tasks are named {task.name!r}; give one a name=")
             self.tasks[task.name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    def job(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        after: float | timedelta | None = None,
+        at: datetime | float | str | None = None,
+        tz: str | None = None,
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        jitter: float = 0.0,
+        calendars: Sequence[str] = (),
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        misfire: str = "once",
+        misfire_grace: float = 1.0,
+        misfire_max: int = 100,
+        overlap: str = "allow",
+        children: Sequence[str] = (),
+        max_fires: int | None = None,
+        paused: bool = False,
+        queue: str | None = None,
+        priority: int | None = None,
+        retries: int | Retry | None = None,
+        timeout: float | None = None,
+        isolation: Isolation | None = None,
+    ) -> Any:
+        """Define a job in code: a task plus one trigger (``cron``, ``every``, ``after`` or
+        ``at``) and its policies. Jobs defined in code are synced to the store when a scheduler
+        starts. Decorate a plain function (it becomes a task too) or a task."""
+        options = JobOptions(
+            cron=cron,
+            every=every,
+            after=after,
+            at=at,
+            tz=tz,
+            start=start,
+            end=end,
+            jitter=jitter,
+            calendars=calendars,
+            args=args,
+            kwargs=kwargs,
+            misfire=misfire,
+            misfire_grace=misfire_grace,
+            misfire_max=misfire_max,
+            overlap=overlap,
+            children=children,
+            max_fires=max_fires,
+            queue=queue,
+            priority=priority,
+            paused=paused,
+        )
+
+        def register(function: Callable[..., Any]) -> Task[Any, Any]:
+            task = (
+                function
+                if isinstance(function, Task)
+                else self.task(retries=retries, timeout=timeout, isolation=isolation)(function)
+            )
+            spec = build_spec(name or task.name, task, options, source="code")
+            if spec.name in self.code_jobs:
+                raise ConfigurationError(f"two jobs are named {spec.name!r}; give one a name=")
+            self.code_jobs[spec.name] = spec
             return task
 
         return register(fn) if fn is not None else register

@@ -1,7 +1,8 @@
-"""Running roles in a process until a signal: what ``cronbus worker`` and ``cronbus server`` do.
+"""Running roles in a process until a signal: what ``cronbus server``, ``worker`` and
+``scheduler`` do.
 
-SIGTERM or SIGINT starts a drain (claim nothing more, let running attempts finish within the
-grace period, requeue the rest); a second signal shortens the grace to nothing.
+SIGTERM or SIGINT stops the scheduler and drains the worker (claim nothing more, let running
+attempts finish within the grace period, requeue the rest); a second signal ends the grace.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import signal
 from collections.abc import Sequence
 
 from .app import App
+from .scheduler import Scheduler
 from .worker.engine import Worker
 
 log = logging.getLogger("cronbus.runner")
@@ -24,19 +26,44 @@ async def serve(
     queues: str | Sequence[str] = "default",
     concurrency: int | None = None,
     startup: bool = True,
+    worker: bool = True,
+    scheduler: bool = False,
     install_signals: bool = True,
 ) -> None:
-    """Open ``app``, run its startup hooks and a worker until a stop signal, then close."""
+    """Open ``app`` and run the chosen roles until a stop signal, then close it."""
     async with app:
-        worker = Worker(app, queues=queues, concurrency=concurrency)
+        roles = Roles(
+            worker=Worker(app, queues=queues, concurrency=concurrency) if worker else None,
+            scheduler=Scheduler(app) if scheduler else None,
+        )
         if install_signals:
-            _on_signals(worker)
+            _on_signals(roles)
         try:
             if startup:
                 await app.run_startup_hooks()
-            await worker.run()
+            await roles.run()
         finally:
             await _cancel_background()
+
+
+class Roles:
+    """The roles one process runs, started and stopped together."""
+
+    def __init__(self, *, worker: Worker | None, scheduler: Scheduler | None) -> None:
+        self.worker = worker
+        self.scheduler = scheduler
+
+    async def run(self) -> None:
+        """Run every role until all have stopped."""
+        running = [role.run() for role in (self.scheduler, self.worker) if role is not None]
+        await asyncio.gather(*running)
+
+    def stop(self, *, hurry: bool = False) -> None:
+        """Stop the scheduler and drain the worker (at once with ``hurry``)."""
+        if self.scheduler is not None:
+            self.scheduler.request_stop()
+        if self.worker is not None:
+            self.worker.request_stop(hurry=hurry)
 
 
 async def _cancel_background() -> None:
@@ -48,7 +75,7 @@ async def _cancel_background() -> None:
     await asyncio.gather(*others, return_exceptions=True)
 
 
-def _on_signals(worker: Worker) -> None:
+def _on_signals(roles: Roles) -> None:
     loop = asyncio.get_running_loop()
     received = 0
 
@@ -56,11 +83,11 @@ def _on_signals(worker: Worker) -> None:
         nonlocal received
         received += 1
         if received == 1:
-            log.info("received %s: draining", signal.Signals(signum).name)
-            worker.request_stop()
+            log.info("received %s: stopping", signal.Signals(signum).name)
+            roles.stop()
         else:
             log.info("second signal: requeueing running attempts now")
-            worker.request_stop(hurry=True)
+            roles.stop(hurry=True)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -73,6 +100,17 @@ def run(
     queues: str | Sequence[str] = "default",
     concurrency: int | None = None,
     startup: bool = True,
+    worker: bool = True,
+    scheduler: bool = False,
 ) -> None:
     """Blocking form of :func:`serve`, with signal handlers."""
-    asyncio.run(serve(app, queues=queues, concurrency=concurrency, startup=startup))
+    asyncio.run(
+        serve(
+            app,
+            queues=queues,
+            concurrency=concurrency,
+            startup=startup,
+            worker=worker,
+            scheduler=scheduler,
+        )
+    )

@@ -64,7 +64,7 @@ async def async_sleep(seconds: float) -> str:
     return "woke"
 
 
-@app.task(timeout=0.5, isolation="process")
+@app.task(timeout=2.0, isolation="process")  # spawn start-up counts, and CI is busy
 def process_sleep(path: str, seconds: float) -> None:
     """Sleep in a child process; writes its pid first."""
     _append(path, str(os.getpid()))

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 import click
 
 from .._version import __version__
+from .jobs import jobs
 from .loading import CronbusGroup
-from .roles import server, worker
+from .roles import scheduler, server, worker
 from .runs import defer, dlq, runs
 
 __all__ = ["cronbus", "main"]
@@ -23,14 +24,14 @@ __all__ = ["cronbus", "main"]
 def cronbus() -> None:
     """cronbus: a distributed job scheduler.
 
-    Role commands (server, worker) run until stopped with SIGTERM or Ctrl-C. Resource commands
-    (runs, dlq, defer) read and change the store named by --store, else by the --app's store,
-    else by CRONBUS_STORE, else sqlite:///./cronbus.db. Errors are one line on stderr and exit
-    status 1.
+    Role commands (server, worker, scheduler) run until stopped with SIGTERM or Ctrl-C.
+    Resource commands (jobs, runs, dlq, defer) read and change the store named by --store, else
+    by the --app's store, else by CRONBUS_STORE, else sqlite:///./cronbus.db. Errors are one
+    line on stderr and exit status 1.
     """
 
 
-for command in (server, worker, runs, dlq, defer):
+for command in (server, worker, scheduler, jobs, runs, dlq, defer):
     cronbus.add_command(command)
 
 

@@ -1,7 +1,7 @@
-"""Role commands: ``server`` (every role in one process) and ``worker``.
+"""Role commands: ``server`` (every role in one process), ``worker`` and ``scheduler``.
 
-Both run until SIGTERM or SIGINT, which drain the worker (a second signal hurries it), and exit
-with status 0 after a clean drain.
+Each runs until SIGTERM or SIGINT, which stop the scheduler and drain the worker (a second
+signal hurries it), and exits with status 0 after a clean stop.
 """
 
 from __future__ import annotations
@@ -64,13 +64,13 @@ def server(
     concurrency: int | None,
     log_level: str,
 ) -> None:
-    """Run every role in one process: the app's startup hooks and a worker.
+    """Run every role in one process: the app's startup hooks, a scheduler and a worker.
 
-    This is the one command a single machine needs; later releases add the scheduler, the
-    dispatcher and the API to it. Stop it with SIGTERM or Ctrl-C: running attempts get a
-    grace period to finish, and a second signal requeues them at once.
+    This is the one command a single machine needs; later releases add the dispatcher and the
+    API to it. Stop it with SIGTERM or Ctrl-C: running attempts get a grace period to finish,
+    and a second signal requeues them at once.
     """
-    _run_role(app_spec, store_url, queues, concurrency, log_level, startup=True)
+    _run_role(app_spec, store_url, queues, concurrency, log_level, startup=True, scheduler=True)
 
 
 @click.command()
@@ -90,6 +90,26 @@ def worker(
     _run_role(app_spec, store_url, queues, concurrency, log_level, startup=False)
 
 
+@click.command()
+@app_options(app_required=True)
+@click.option(
+    "--log-level",
+    type=click.Choice(_LEVELS, case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="Log records below this level are not shown.",
+)
+def scheduler(app_spec: str, store_url: str | None, log_level: str) -> None:
+    """Run a scheduler only: fire due jobs into runs, exactly once per fire.
+
+    Start one or several: they share the work through the store, and a fire creates one run
+    however many run. The app's code-defined jobs are synced to the store at start.
+    """
+    app = resolve_app(app_spec, store_url)
+    setup_logging(log_level)
+    runner.run(app, startup=False, worker=False, scheduler=True)
+
+
 def _run_role(
     app_spec: str,
     store_url: str | None,
@@ -98,6 +118,7 @@ def _run_role(
     log_level: str,
     *,
     startup: bool,
+    scheduler: bool = False,
 ) -> None:
     app = resolve_app(app_spec, store_url)
     spec = queues if queues is not None else default_queues(app)
@@ -106,7 +127,7 @@ def _run_role(
     except ConfigurationError as exc:
         raise CliError(f"--queues {spec!r}: {exc}") from None
     setup_logging(log_level)
-    runner.run(app, queues=spec, concurrency=concurrency, startup=startup)
+    runner.run(app, queues=spec, concurrency=concurrency, startup=startup, scheduler=scheduler)
 
 
 def default_queues(app: App) -> str:

@@ -13,7 +13,7 @@ import os
 from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import StoreURLError
-from .base import CONTROL_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener, Store
+from .base import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener, Store
 from .sqlite import SQLiteStore
 
 DEFAULT_URL = "sqlite:///./cronbus.db"
@@ -22,6 +22,7 @@ _SYNCHRONOUS = {"off", "normal", "full", "extra"}
 __all__ = [
     "CONTROL_CHANNEL",
     "DEFAULT_URL",
+    "JOBS_CHANNEL",
     "RUNS_CHANNEL",
     "HeldAttempt",
     "Listener",

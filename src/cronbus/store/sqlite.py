@@ -492,7 +492,11 @@ class SQLiteStore:
         if filter.states:
             where.append("r.state IN (SELECT value FROM json_each(?))")
             params.append(json.dumps([s.value for s in filter.states]))
-        for column, value in (("r.task", filter.task), ("r.queue", filter.queue)):
+        for column, value in (
+            ("r.task", filter.task),
+            ("r.queue", filter.queue),
+            ("r.job_id", filter.job_id),
+        ):
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(value)

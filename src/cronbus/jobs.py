@@ -1,0 +1,366 @@
+"""Jobs: a task plus a trigger and its policies, defined in code or through the API.
+
+Definitions are validated here, once, into a :class:`~cronbus.model.JobSpec`; planning a fire
+(:func:`plan`) is pure, so misfire and overlap rules are tested with a fake clock; the
+:class:`Jobs` API reads and changes the jobs in the store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import date, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigurationError
+from .handle import RunHandle
+from .model import Fire, Job, JobSpec, Misfire, Overlap
+from .store.common import job_run
+from .task import Task, check_priority, check_queue
+from .triggers import Trigger, make_trigger, next_fires, trigger_from_spec
+
+if TYPE_CHECKING:
+    from .app import App
+
+log = logging.getLogger("cronbus.jobs")
+_TRIGGER_OPTIONS = ("cron", "every", "after", "at", "tz", "start", "end", "jitter", "exclude")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobOptions:
+    """Everything a job definition may say besides its task, as given by a user."""
+
+    cron: str | None = None
+    every: float | timedelta | None = None
+    after: float | timedelta | None = None
+    at: datetime | float | str | None = None
+    tz: str | None = None
+    start: datetime | float | None = None
+    end: datetime | float | None = None
+    jitter: float = 0.0
+    calendars: Sequence[str] = ()
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] | None = None
+    misfire: Misfire | str = Misfire.ONCE
+    misfire_grace: float = 1.0
+    misfire_max: int = 100
+    overlap: Overlap | str = Overlap.ALLOW
+    children: Sequence[str] = ()
+    max_fires: int | None = None
+    queue: str | None = None
+    priority: int | None = None
+    paused: bool = False
+
+
+def build_spec(name: str, task: Task[Any, Any], options: JobOptions, source: str) -> JobSpec:
+    """Validate a job definition into a spec, or raise saying what is wrong."""
+    trigger = make_trigger(
+        cron=options.cron,
+        every=options.every,
+        after=options.after,
+        at=options.at,
+        tz=options.tz,
+        start=options.start,
+        end=options.end,
+        jitter=options.jitter,
+    )
+    call = task.prepare(options.args, options.kwargs or {}, now=0.0)
+    return JobSpec(
+        name=check_job_name(name),
+        task=task.name,
+        trigger=trigger.to_spec(),
+        args_json=call.args_json,
+        kwargs_json=call.kwargs_json,
+        queue=task.queue if options.queue is None else check_queue(options.queue),
+        priority=task.priority if options.priority is None else check_priority(options.priority),
+        max_attempts=task.retry.max_attempts,
+        timeout=task.timeout,
+        misfire=_enum(Misfire, options.misfire, "misfire"),
+        misfire_grace=_seconds("misfire_grace", options.misfire_grace),
+        misfire_max=_count("misfire_max", options.misfire_max),
+        overlap=_enum(Overlap, options.overlap, "overlap"),
+        children=tuple(check_job_name(c) for c in options.children),
+        calendars=tuple(_calendar_name(c) for c in options.calendars),
+        max_fires=None if options.max_fires is None else _count("max_fires", options.max_fires),
+        source=source,
+        paused=bool(options.paused),
+    )
+
+
+def check_job_name(name: str) -> str:
+    """A job name: 1-200 characters without spaces."""
+    if not isinstance(name, str) or not name or len(name) > 200 or any(c.isspace() for c in name):
+        raise ConfigurationError(f"job name {name!r} must be 1-200 characters without spaces")
+    return name
+
+
+def _calendar_name(name: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigurationError(f"calendar name {name!r} must be a non-empty string")
+    return name
+
+
+def _enum(kind: type[Misfire] | type[Overlap], value: Any, what: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in kind)
+        raise ConfigurationError(f"{what} must be one of {allowed}, got {value!r}") from None
+
+
+def _seconds(what: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigurationError(f"{what} must be seconds (a number), got {value!r}")
+    if value < 0:
+        raise ConfigurationError(f"{what} must be zero or more seconds, got {value}")
+    return float(value)
+
+
+def _count(what: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{what} must be a whole number of at least 1, got {value!r}")
+    return value
+
+
+# -- planning (pure) ---------------------------------------------------------------------------
+def trigger_of(spec: JobSpec, calendars: Mapping[str, frozenset[str]]) -> Trigger:
+    """The job's trigger, with the dates of its calendars excluded."""
+    days: set[str] = set()
+    for name in spec.calendars:
+        days |= calendars.get(name, frozenset())
+    if not days or spec.trigger.get("kind") not in ("cron", "every"):
+        return trigger_from_spec(spec.trigger)
+    own = spec.trigger.get("exclude") or []
+    assert isinstance(own, list)
+    return trigger_from_spec({**spec.trigger, "exclude": sorted(days | {str(d) for d in own})})
+
+
+def first_fire(trigger: Trigger, now: float) -> float | None:
+    """When a new (or resumed) job fires first: ``after`` jobs fire at once, others per trigger."""
+    if trigger.kind == "after":
+        start = getattr(trigger, "start", None)
+        return max(now, start) if start is not None else now
+    return trigger.next_fire(now)
+
+
+def plan(job: Job, trigger: Trigger, now: float) -> Fire:
+    """What to do about a due job: its runs for this fire, and its next fire.
+
+    A fire later than the job's grace period is a misfire, handled by its policy: ``skip``
+    fires nothing and goes on after now; ``once`` fires one catch-up run now; ``all`` fires
+    every missed fire, up to ``misfire_max``. Runs created ahead of their fire time wait as
+    ``scheduled`` until it, so workers start them on time.
+    """
+    spec = job.spec
+    due = job.next_fire_at
+    assert due is not None
+    if due >= now - spec.misfire_grace:
+        times, eta, after = [due], due, due
+    else:
+        times = _missed(spec, trigger, due, now)
+        eta, after = now, now
+        if times:
+            log.warning(
+                "job %s missed %s fire(s) since %s; policy %s fires %d",
+                spec.name,
+                "1" if len(times) == 1 and spec.misfire is not Misfire.ALL else "some",
+                due,
+                spec.misfire.value,
+                len(times),
+                extra={"action": "job.misfire"},
+            )
+    if spec.max_fires is not None:
+        times = times[: max(0, spec.max_fires - job.fires)]
+    following = None if trigger.kind in ("after", "at") else trigger.next_fire(after)
+    if spec.max_fires is not None and job.fires + len(times) >= spec.max_fires:
+        following = None
+    runs = [job_run(job, t, max(t, eta)) for t in times]
+    return Fire(job_id=job.id, expected=due, next_fire_at=following, runs=runs)
+
+
+def _missed(spec: JobSpec, trigger: Trigger, due: float, now: float) -> list[float]:
+    if spec.misfire is Misfire.SKIP:
+        return []
+    if spec.misfire is Misfire.ONCE or trigger.kind in ("after", "at"):
+        return [due]
+    times = [due]
+    while len(times) < spec.misfire_max:
+        following = trigger.next_fire(times[-1])
+        if following is None or following > now:
+            break
+        times.append(following)
+    return times
+
+
+# -- the API -----------------------------------------------------------------------------------
+class Jobs:
+    """Jobs in the store: add, change, pause, resume, remove, trigger, and look ahead.
+
+    Reached as ``app.jobs``; every method is a coroutine (use ``app.blocking(...)`` from sync
+    code, or the ``cronbus jobs`` commands).
+    """
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+
+    async def add(self, name: str, task: str | Task[Any, Any], **options: Any) -> Job:
+        """Create a job; the name must be new. Options are those of ``@app.job``."""
+        spec = build_spec(name, self._task(task), _options(options), source="api")
+        store = self._app.store
+        if name in {job.name for job in await store.list_jobs()}:
+            raise ConfigurationError(f"a job named {name!r} exists; use update to change it")
+        return await self._put(spec)
+
+    async def update(self, name: str, **changes: Any) -> Job:
+        """Change a job. To change its schedule give its whole trigger (cron/every/after/at,
+        with tz, start, end, jitter as needed); other options not given stay as they are."""
+        job = await self._app.store.get_job(name)
+        task = self._task(changes.pop("task", job.spec.task))
+        unknown = set(changes) - set(JobOptions.__dataclass_fields__)
+        if unknown:
+            raise ConfigurationError(f"unknown job option(s): {', '.join(sorted(unknown))}")
+        new_trigger = any(changes.get(k) is not None for k in ("cron", "every", "after", "at"))
+        if not new_trigger and any(k in changes for k in _TRIGGER_OPTIONS):
+            raise ConfigurationError(
+                "to change a job's schedule give cron, every, after or at, with its tz, start, "
+                "end and jitter"
+            )
+        current = _current(job.spec)
+        if new_trigger:
+            del current["every"]
+        spec = build_spec(name, task, _options({**current, **changes}), "api")
+        if not new_trigger:
+            spec = replace(spec, trigger=job.spec.trigger)
+        return await self._put(spec, keep_schedule=not new_trigger and job.next_fire_at)
+
+    async def pause(self, name: str) -> Job:
+        """Stop a job from firing until it is resumed."""
+        return await self._app.store.set_job_paused(name, True, None, self._app.clock.now())
+
+    async def resume(self, name: str) -> Job:
+        """Let a paused job fire again, from its next fire after now."""
+        job = await self._app.store.get_job(name)
+        now = self._app.clock.now()
+        trigger = trigger_of(job.spec, await self._app.store.get_calendars())
+        return await self._app.store.set_job_paused(name, False, first_fire(trigger, now), now)
+
+    async def remove(self, name: str) -> None:
+        """Delete a job (its runs stay)."""
+        await self._app.store.delete_job(name)
+
+    async def trigger(self, name: str) -> RunHandle:
+        """Fire a job now, once, outside its schedule (the schedule is unchanged)."""
+        job = await self._app.store.get_job(name)
+        now = self._app.clock.now()
+        (done,) = await self._app.store.defer([job_run(job, now, now)], now)
+        return RunHandle(self._app, done.id, created=done.created)
+
+    async def next(self, name: str, count: int = 5) -> list[float]:
+        """The job's next ``count`` fire times (epoch seconds), as its trigger would plan them."""
+        job = await self._app.store.get_job(name)
+        trigger = trigger_of(job.spec, await self._app.store.get_calendars())
+        if job.next_fire_at is None:
+            return []
+        return [job.next_fire_at, *next_fires(trigger, job.next_fire_at, max(0, count - 1))]
+
+    async def get(self, name: str) -> Job:
+        """One job."""
+        return await self._app.store.get_job(name)
+
+    async def list(self) -> list[Job]:
+        """Every job."""
+        return await self._app.store.list_jobs()
+
+    async def sync(self) -> SyncReport:
+        """Make the store's code-defined jobs match the app's: add new ones, update changed
+        ones, and disable (never delete) those no longer in the code."""
+        store, now = self._app.store, self._app.clock.now()
+        existing = {job.name: job for job in await store.list_jobs()}
+        added: list[str] = []
+        updated: list[str] = []
+        for spec in self._app.code_jobs.values():
+            old = existing.get(spec.name)
+            if old is not None and old.enabled and old.spec.spec_hash() == spec.spec_hash():
+                continue
+            keep = old is not None and old.spec.trigger == spec.trigger and old.enabled
+            await self._put(spec, keep_schedule=keep and old is not None and old.next_fire_at)
+            (updated if old is not None else added).append(spec.name)
+        gone = [
+            name
+            for name, job in existing.items()
+            if job.spec.source == "code" and name not in self._app.code_jobs and job.enabled
+        ]
+        disabled = await store.disable_jobs(gone, now) if gone else []
+        for name in disabled:
+            log.warning(
+                "job %s is no longer in the code: disabled, not deleted "
+                "(`cronbus jobs remove %s` deletes it)",
+                name,
+                name,
+                extra={"action": "job.disabled"},
+            )
+        return SyncReport(added=added, updated=updated, disabled=disabled)
+
+    async def _put(self, spec: JobSpec, keep_schedule: float | bool | None = None) -> Job:
+        now = self._app.clock.now()
+        if isinstance(keep_schedule, float):
+            following: float | None = keep_schedule
+        else:
+            trigger = trigger_of(spec, await self._app.store.get_calendars())
+            following = first_fire(trigger, now)
+        return await self._app.store.put_job(spec, following, now)
+
+    def _task(self, task: str | Task[Any, Any]) -> Task[Any, Any]:
+        return task if isinstance(task, Task) else self._app.get_task(task)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyncReport:
+    """What syncing the code's jobs changed in the store."""
+
+    added: list[str]
+    updated: list[str]
+    disabled: list[str]
+
+
+def _options(values: Mapping[str, Any]) -> JobOptions:
+    unknown = set(values) - set(JobOptions.__dataclass_fields__)
+    if unknown:
+        raise ConfigurationError(f"unknown job option(s): {', '.join(sorted(unknown))}")
+    return JobOptions(**values)
+
+
+def _current(spec: JobSpec) -> dict[str, Any]:
+    """A spec's options in the form ``JobOptions`` takes, to merge changes into."""
+    return {
+        "args": json.loads(spec.args_json),
+        "kwargs": json.loads(spec.kwargs_json),
+        "misfire": spec.misfire,
+        "misfire_grace": spec.misfire_grace,
+        "misfire_max": spec.misfire_max,
+        "overlap": spec.overlap,
+        "children": spec.children,
+        "calendars": spec.calendars,
+        "max_fires": spec.max_fires,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "paused": spec.paused,
+        # A stand-in schedule that validates; the stored trigger is put back unless replaced.
+        "every": 1.0,
+    }
+
+
+def excluded_dates(days: Iterable[date | str]) -> list[str]:
+    """ISO dates, validated, for a calendar."""
+    out = []
+    for day in days:
+        text = day.isoformat() if isinstance(day, date) else str(day)
+        try:
+            date.fromisoformat(text)
+        except ValueError:
+            raise ConfigurationError(f"{text!r} is not a date (YYYY-MM-DD)") from None
+        out.append(text)
+    return sorted(set(out))

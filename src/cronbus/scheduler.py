@@ -1,0 +1,144 @@
+"""The scheduler: turns time into runs, exactly once per fire, however many schedulers run.
+
+A short loop over the store and the pure planning of :mod:`cronbus.jobs`: find the jobs due
+within a look-ahead window (through an index, never a scan of every job), plan each fire
+(misfire policy, next fire), and apply the plans in one transaction where each job advances by
+compare-and-set. Runs are created up to ``lookahead`` seconds before their fire time, due at it,
+so idle workers, which sleep until the earliest due run, start them on time. Between fires the
+scheduler sleeps until the next one is due, or until a job changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigurationError
+from .jobs import plan, trigger_of
+from .model import Job
+from .store import JOBS_CHANNEL, Listener
+from .triggers import Trigger
+
+if TYPE_CHECKING:
+    from .app import App
+
+log = logging.getLogger("cronbus.scheduler")
+_RETRY_SECONDS = 0.5
+_CALENDARS_SECONDS = 5.0
+
+
+class Scheduler:
+    """Fires the due jobs of an app's store."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        lookahead: float = 1.0,
+        batch: int = 500,
+        poll_seconds: float | None = None,
+        sync: bool = True,
+    ) -> None:
+        if not 0 <= lookahead <= 60:
+            raise ConfigurationError(f"lookahead must be 0 to 60 seconds, got {lookahead}")
+        if batch < 1:
+            raise ConfigurationError(f"batch must be at least 1, got {batch}")
+        self.app = app
+        self.lookahead = lookahead
+        self.batch = batch
+        self.poll_seconds = poll_seconds or app.settings.poll_seconds
+        self.sync = sync
+        self.fired = 0
+        self._stopping = asyncio.Event()
+        self._triggers: dict[tuple[int, str], Trigger] = {}
+        self._calendars: dict[str, frozenset[str]] = {}
+        self._calendars_read = 0.0
+
+    def request_stop(self) -> None:
+        """Stop after the current pass."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Sync the code's jobs, then fire due jobs until :meth:`request_stop`."""
+        store = self.app.store
+        listener = await store.listen([JOBS_CHANNEL])
+        try:
+            if self.sync:
+                report = await self.app.jobs.sync()
+                log.info(
+                    "scheduler started: %d jobs in code (%d added, %d updated, %d disabled)",
+                    len(self.app.code_jobs),
+                    len(report.added),
+                    len(report.updated),
+                    len(report.disabled),
+                    extra={"action": "scheduler.start"},
+                )
+            while not self._stopping.is_set():
+                try:
+                    busy = await self.tick()
+                except Exception:
+                    log.exception("firing jobs failed; trying again")
+                    await self._sleep(listener, _RETRY_SECONDS)
+                    continue
+                if not busy:
+                    await self._sleep(listener, await self._idle_timeout())
+        finally:
+            await listener.close()
+        log.info("scheduler stopped", extra={"action": "scheduler.stop"})
+
+    async def tick(self) -> bool:
+        """Fire what is due within the look-ahead window; True if a full batch was due."""
+        store, now = self.app.store, self.app.clock.now()
+        due = await store.due_jobs(now + self.lookahead, self.batch)
+        if not due:
+            return False
+        await self._refresh_calendars()
+        fires = [plan(job, self._trigger(job), now) for job in due]
+        done = await store.fire(fires, now)
+        self.fired += sum(len(f.runs) for f, ok in zip(fires, done, strict=True) if ok)
+        return len(due) == self.batch or any(
+            f.next_fire_at is not None and f.next_fire_at <= now + self.lookahead
+            for f, ok in zip(fires, done, strict=True)
+            if ok
+        )
+
+    def _trigger(self, job: Job) -> Trigger:
+        key = (job.id, job.spec.spec_hash())
+        trigger = self._triggers.get(key)
+        if trigger is None:
+            if len(self._triggers) > 200_000:
+                self._triggers.clear()
+            trigger = self._triggers[key] = trigger_of(job.spec, self._calendars)
+        return trigger
+
+    async def _refresh_calendars(self) -> None:
+        if time.monotonic() - self._calendars_read < _CALENDARS_SECONDS:
+            return
+        calendars = await self.app.store.get_calendars()
+        if calendars != self._calendars:
+            self._calendars = calendars
+            self._triggers.clear()
+        self._calendars_read = time.monotonic()
+
+    async def _idle_timeout(self) -> float:
+        following = await self.app.store.next_job_fire()
+        if following is None:
+            return self.poll_seconds
+        wait = following - self.lookahead - self.app.clock.now()
+        return min(self.poll_seconds, max(0.0, wait))
+
+    async def _sleep(self, listener: Listener, timeout: float) -> None:
+        waits: set[asyncio.Future[Any]] = {
+            asyncio.ensure_future(listener.wait(timeout)),
+            asyncio.ensure_future(self._stopping.wait()),
+        }
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*waits, return_exceptions=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, JobNotFoundError
 from .handle import RunHandle
 from .model import Fire, Job, JobSpec, Misfire, Overlap
 from .store.common import job_run
@@ -209,10 +209,11 @@ class Jobs:
     async def add(self, name: str, task: str | Task[Any, Any], **options: Any) -> Job:
         """Create a job; the name must be new. Options are those of ``@app.job``."""
         spec = build_spec(name, self._task(task), _options(options), source="api")
-        store = self._app.store
-        if name in {job.name for job in await store.list_jobs()}:
-            raise ConfigurationError(f"a job named {name!r} exists; use update to change it")
-        return await self._put(spec)
+        try:
+            await self._app.store.get_job(name)
+        except JobNotFoundError:
+            return await self._put(spec)
+        raise ConfigurationError(f"a job named {name!r} exists; use update to change it")
 
     async def update(self, name: str, **changes: Any) -> Job:
         """Change a job. To change its schedule give its whole trigger (cron/every/after/at,

@@ -1,7 +1,8 @@
 """The quick-start demo: ``cronbus server --app cronbus.demo:app``.
 
 It defers a handful of runs when the server starts, and again every few seconds, of tasks that
-succeed, fail and then succeed on a retry, time out, and end as dead letters. The worker's log
+succeed, fail and then succeed on a retry, time out, and end as dead letters; and a cron job
+fires every five seconds. The worker's log
 shows each attempt as it ends; ``cronbus runs list`` and ``cronbus dlq list`` show the rest.
 """
 
@@ -56,6 +57,12 @@ def stubborn_sync(seconds: float) -> None:
 def charge_card(amount: int) -> None:
     """Always fails: after its retry it becomes a dead letter that can be requeued."""
     raise ValueError(f"card declined for {amount} cents")
+
+
+@app.job(cron="*/5 * * * * *", overlap="skip")
+def heartbeat() -> str:
+    """A job: fires every five seconds (6-field cron, seconds first), at :00, :05, :10..."""
+    return "alive"
 
 
 async def _defer_batch(round_: int) -> None:

@@ -147,8 +147,6 @@ class App:
 
     def job(
         self,
-        fn: Callable[..., Any] | None = None,
-        /,
         *,
         name: str | None = None,
         cron: str | None = None,
@@ -174,7 +172,7 @@ class App:
         retries: int | Retry | None = None,
         timeout: float | None = None,
         isolation: Isolation | None = None,
-    ) -> Any:
+    ) -> Callable[[Callable[..., Any]], Task[Any, Any]]:
         """Define a job in code: a task plus one trigger (``cron``, ``every``, ``after`` or
         ``at``) and its policies. Jobs defined in code are synced to the store when a scheduler
         starts. Decorate a plain function (it becomes a task too) or a task."""
@@ -213,7 +211,7 @@ class App:
             self.code_jobs[spec.name] = spec
             return task
 
-        return register(fn) if fn is not None else register
+        return register
 
     def get_task(self, name: str) -> Task[Any, Any]:
         """The task registered under ``name``."""

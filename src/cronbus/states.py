@@ -114,6 +114,15 @@ def replay(state: RunState, events: Iterable[RunEvent]) -> RunState:
     return state
 
 
+def sql_match(column: str, states: Iterable[RunState]) -> str:
+    """``column = 'x'`` for one state, ``column IN (...)`` for several: SQLite matches a partial
+    index on ``state = 'x'`` only when the query says it the same way."""
+    chosen = sorted(states)
+    if len(chosen) == 1:
+        return f"{column} = '{chosen[0].value}'"
+    return f"{column} IN {sql_in(chosen)}"
+
+
 def sql_in(states: Iterable[RunState]) -> str:
     """Render states as an SQL ``IN`` list (the values are enum constants, never user input)."""
     return "(" + ", ".join(f"'{s.value}'" for s in sorted(states)) + ")"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..states import ACTIVE, RunEvent, sources, sql_in
+from ..states import ACTIVE, RunEvent, sources, sql_in, sql_match
 
 _RUN_COLUMNS = """
     r.id, r.task, r.queue, r.state, r.priority, r.lane, r.eta, r.attempts, r.used,
@@ -30,8 +30,8 @@ LAST_RUN_ID = "SELECT seq FROM sqlite_sequence WHERE name = 'runs'"
 INSERT_PAYLOAD = "INSERT INTO run_payloads (run_id, args, kwargs) VALUES (?, ?, ?)"
 
 PROMOTE_DUE = f"""
-UPDATE runs SET state = 'queued', updated_at = :now
-WHERE state IN {sql_in(sources(RunEvent.DUE))} AND eta <= :now
+UPDATE runs INDEXED BY runs_due SET state = 'queued', updated_at = :now
+WHERE {sql_match("state", sources(RunEvent.DUE))} AND eta <= :now
 """
 # Runs of a job with overlap=queue wait while another run with their key is active.
 SELECT_READY = f"""
@@ -40,14 +40,15 @@ FROM runs
 WHERE state = 'queued' AND queue = :queue
   AND (target_worker IS NULL OR target_worker = :worker)
   AND NOT (overlap = 'queue' AND concurrency_key IN (
-        SELECT concurrency_key FROM runs
+        SELECT concurrency_key FROM runs INDEXED BY runs_active_key
         WHERE concurrency_key IS NOT NULL AND state IN {sql_in(ACTIVE)}))
 ORDER BY lane, priority DESC, eta, id
 LIMIT :limit OFFSET :offset
 """
 ACTIVE_KEYS = f"""
-SELECT concurrency_key, id FROM runs
-WHERE concurrency_key IN (SELECT value FROM json_each(?)) AND state IN {sql_in(ACTIVE)}
+SELECT concurrency_key, id FROM runs INDEXED BY runs_active_key
+WHERE concurrency_key IN (SELECT value FROM json_each(?)) AND concurrency_key IS NOT NULL
+  AND state IN {sql_in(ACTIVE)}
 """
 SKIP_RUN = f"""
 UPDATE runs SET state = 'skipped', updated_at = :now, finished_at = :now
@@ -93,11 +94,14 @@ RETURNING id, attempt_id, state
 WORKER_SEEN = "UPDATE workers SET heartbeat_at = :now WHERE id = :worker"
 
 EXPIRED = f"""
-SELECT id, attempt_id, state, lost, eta, job_id FROM runs
+SELECT id, attempt_id, state, lost, eta, job_id FROM runs INDEXED BY runs_leases
 WHERE state IN {sql_in(ACTIVE)} AND lease_expires < :now
 ORDER BY lease_expires LIMIT :limit
 """
-AGE_RETRIES = "UPDATE runs SET lane = 0 WHERE state = 'queued' AND lane = 1 AND eta <= :cutoff"
+AGE_RETRIES = """
+UPDATE runs INDEXED BY runs_retry_aging SET lane = 0
+WHERE state = 'queued' AND lane = 1 AND eta <= :cutoff
+"""
 
 RUN_STATE = "SELECT state, job_id FROM runs WHERE id = ?"
 JOB_RUN_STATES = """
@@ -128,7 +132,7 @@ FROM attempts WHERE run_id = ? ORDER BY id
 """
 COUNT_RUNS = "SELECT state, count(*) FROM runs GROUP BY state"
 NEXT_ETA = """
-SELECT min(eta) FROM runs
+SELECT min(eta) FROM runs INDEXED BY runs_due
 WHERE state = 'scheduled' AND queue IN (SELECT value FROM json_each(?))
 """
 

@@ -30,7 +30,8 @@ CREATE UNIQUE INDEX runs_idempotency ON runs (idempotency_key) WHERE idempotency
 CREATE INDEX runs_ready ON runs (queue, lane, priority DESC, eta, id) WHERE state = 'queued';
 CREATE INDEX runs_due ON runs (eta) WHERE state = 'scheduled';
 CREATE INDEX runs_retry_aging ON runs (eta) WHERE state = 'queued' AND lane = 1;
-CREATE INDEX runs_leases ON runs (lease_expires) WHERE state IN ('running', 'cancelling');
+-- State lists are written sorted, as cronbus.states.sql_in renders them, so queries match.
+CREATE INDEX runs_leases ON runs (lease_expires) WHERE state IN ('cancelling', 'running');
 CREATE INDEX runs_owner ON runs (lease_owner) WHERE lease_owner IS NOT NULL;
 CREATE INDEX runs_by_state ON runs (state, id);
 CREATE INDEX runs_by_task ON runs (task, id);

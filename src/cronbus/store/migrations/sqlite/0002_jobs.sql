@@ -43,5 +43,5 @@ ALTER TABLE runs ADD COLUMN fire_at REAL;
 ALTER TABLE runs ADD COLUMN concurrency_key TEXT;
 ALTER TABLE runs ADD COLUMN overlap TEXT;
 CREATE UNIQUE INDEX runs_fire ON runs (job_id, fire_at) WHERE job_id IS NOT NULL;
-CREATE INDEX runs_active_key ON runs (concurrency_key) WHERE concurrency_key IS NOT NULL AND state IN ('running', 'cancelling');
+CREATE INDEX runs_active_key ON runs (concurrency_key) WHERE concurrency_key IS NOT NULL AND state IN ('cancelling', 'running');
 CREATE INDEX runs_by_job ON runs (job_id, id) WHERE job_id IS NOT NULL;

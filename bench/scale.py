@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import math
 import os
 import resource
@@ -140,7 +141,7 @@ def first_fires(specs: Sequence[JobSpec], now: float) -> list[float | None]:
     cache: dict[str, float | None] = {}
     out = []
     for spec in specs:
-        key = spec.spec_hash() if len(cache) < 10_000 else repr(spec.trigger)
+        key = json.dumps(spec.trigger, sort_keys=True)
         if key not in cache:
             cache[key] = trigger_from_spec(spec.trigger).next_fire(now)
         out.append(cache[key])
@@ -488,7 +489,9 @@ def part_fires(url: str, args: argparse.Namespace) -> list[Figure]:
     settings["load1"] = round(os.getloadavg()[0], 1)
     rate = out["fired"] / out["seconds"]
     name = f"fires/s, {args.fire_jobs} jobs due every second"
-    return [report(Figure(BENCH, name, rate, "runs/s", settings, target=TARGET_FIRES_PER_S))]
+    # The rate cannot exceed the jobs due per second: the target applies when they reach it.
+    target = TARGET_FIRES_PER_S if args.fire_jobs >= TARGET_FIRES_PER_S else None
+    return [report(Figure(BENCH, name, rate, "runs/s", settings, target=target))]
 
 
 # -- the command ---------------------------------------------------------------------------------

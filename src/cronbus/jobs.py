@@ -212,6 +212,11 @@ class Jobs:
         try:
             await self._app.store.get_job(name)
         except JobNotFoundError:
+            trigger = trigger_of(spec, await self._app.store.get_calendars())
+            if first_fire(trigger, self._app.clock.now()) is None:
+                raise ConfigurationError(
+                    f"job {name!r} would never fire: its {trigger.describe()} has no fire after now"
+                ) from None
             return await self._put(spec)
         raise ConfigurationError(f"a job named {name!r} exists; use update to change it")
 
@@ -244,6 +249,8 @@ class Jobs:
     async def resume(self, name: str) -> Job:
         """Let a paused job fire again, from its next fire after now."""
         job = await self._app.store.get_job(name)
+        if not job.spec.paused:
+            return job
         now = self._app.clock.now()
         trigger = trigger_of(job.spec, await self._app.store.get_calendars())
         return await self._app.store.set_job_paused(name, False, first_fire(trigger, now), now)
@@ -307,8 +314,10 @@ class Jobs:
 
     async def _put(self, spec: JobSpec, keep_schedule: float | bool | None = None) -> Job:
         now = self._app.clock.now()
-        if isinstance(keep_schedule, float):
-            following: float | None = keep_schedule
+        if spec.paused:
+            following: float | None = None  # planned anew on resume
+        elif isinstance(keep_schedule, float):
+            following = keep_schedule
         else:
             trigger = trigger_of(spec, await self._app.store.get_calendars())
             following = first_fire(trigger, now)

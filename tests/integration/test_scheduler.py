@@ -215,3 +215,27 @@ async def test_bad_job_definitions_are_refused(sqlite_url: str) -> None:
         with pytest.raises(Exception, match="missing a required argument"):
             await app.jobs.add("e", work, every=5)
         assert await app.jobs.list() == []
+
+
+async def test_after_jobs_keep_their_end_bound_and_paused_jobs_plan_nothing(
+    sqlite_url: str,
+) -> None:
+    clock = FakeClock(start=T0)
+    app = App(store=sqlite_url, clock=clock)
+
+    @app.task
+    def work() -> None: ...
+
+    async with app:
+        await app.jobs.add("bounded", work, after=60, end=T0 + 30)
+        scheduler = Scheduler(app, lookahead=0.0, sync=False)
+        await scheduler.tick()
+        (run,) = await run_until_idle_async(app)
+        assert run.state is RunState.SUCCEEDED
+        assert (await app.jobs.get("bounded")).next_fire_at is None  # T0 + 60 is past its end
+        paused = await app.jobs.add("later", work, every=10, paused=True)
+        assert paused.next_fire_at is None
+        assert await app.jobs.next("later") == []
+        assert (await app.jobs.resume("later")).next_fire_at == T0 + 10
+        with pytest.raises(Exception, match="never fire"):
+            await app.jobs.add("past", work, at=T0 - 5)

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import JobNotFoundError
 from ..model import Deferred, Fire, Job, JobSpec, Misfire, NewRun, Overlap
 from ..states import RunState
+from ..triggers import trigger_from_spec
 from .common import job_run
 
 _COLUMNS = """
@@ -66,11 +67,12 @@ UPDATE jobs SET next_fire_at = :next, fires = fires + :count, last_fire_at = :la
 WHERE id = :id AND next_fire_at = :expected AND paused = 0 AND enabled = 1
 """
 # An `after` job plans its next fire when its run ends, if nothing else planned one meanwhile.
-AFTER_RUN_ENDED = """
-UPDATE jobs SET next_fire_at = :now + after_seconds, updated_at = :now
+AFTER_JOB = """
+SELECT trigger FROM jobs
 WHERE id = :id AND after_seconds IS NOT NULL AND next_fire_at IS NULL AND enabled = 1
-    AND (max_fires IS NULL OR fires < max_fires)
+    AND paused = 0 AND (max_fires IS NULL OR fires < max_fires)
 """
+SET_NEXT_FIRE = "UPDATE jobs SET next_fire_at = :next, updated_at = :now WHERE id = :id"
 CHILDREN = "SELECT children FROM jobs WHERE id = ?"
 CHILD_JOBS = f"""
 SELECT {_COLUMNS} FROM jobs WHERE name IN (SELECT value FROM json_each(?)) AND enabled = 1
@@ -188,7 +190,12 @@ def runs_ended(
     """
     changed = False
     for job_id, state in ended:
-        changed |= conn.execute(AFTER_RUN_ENDED, {"id": job_id, "now": now}).rowcount > 0
+        row = conn.execute(AFTER_JOB, {"id": job_id}).fetchone()
+        if row is not None:
+            # The trigger decides, so its start and end bounds hold for after-jobs too.
+            following = trigger_from_spec(json.loads(row[0])).next_fire(now)
+            conn.execute(SET_NEXT_FIRE, {"id": job_id, "next": following, "now": now})
+            changed = changed or following is not None
         if state is RunState.SUCCEEDED:
             changed |= bool(_fire_children(conn, job_id, now, insert_runs))
     return changed

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +97,14 @@ async def serve(args: argparse.Namespace) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal)
         running = asyncio.create_task(roles.run(), name="bench-roles")
-        waits = []
+        waits: list[Coroutine[Any, Any, Any]] = []
         if scheduler is not None:
-            waits.append(asyncio.create_task(scheduler.first_pass.wait()))
+            waits.append(scheduler.first_pass.wait())
         if worker is not None:
-            waits.append(asyncio.create_task(_worker_ready(worker, args.ready_timeout)))
-        up = asyncio.ensure_future(asyncio.gather(*waits))
-        done, _ = await asyncio.wait([running, up], return_when=asyncio.FIRST_COMPLETED)
+            waits.append(_worker_ready(worker, args.ready_timeout))
+        up: asyncio.Future[list[Any]] = asyncio.ensure_future(asyncio.gather(*waits))
+        either: list[asyncio.Future[Any]] = [running, up]
+        done, _ = await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if running in done:
             up.cancel()
             running.result()  # raises what stopped the roles early

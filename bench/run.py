@@ -1,6 +1,7 @@
-"""Run every benchmark in sequence (defer, throughput, latency) and print a summary table.
+"""Run every benchmark in sequence (defer, throughput, latency, precision, scale) and print a
+summary table.
 
-The sizes are moderate, so the whole run stays under about three minutes on a 2-core machine.
+The sizes are moderate, so the whole run stays under about four minutes on a 2-core machine.
 Each benchmark can also be run on its own, with more options: see ``bench/README.md`` or
 ``.venv/bin/python bench/<name>.py --help``.
 
@@ -16,6 +17,8 @@ from collections.abc import Callable
 
 import defer
 import latency
+import precision
+import scale
 import throughput
 from _common import Figure, exit_on_sigterm, heading, print_environment, print_table
 
@@ -32,11 +35,33 @@ PLAN: dict[str, tuple[Main, list[str]]] = {
         latency.main,
         ["--samples", "500", "--delayed-samples", "30", "--modes", "process,inprocess"],
     ),
+    "precision": (
+        precision.main,
+        ["--jobs", "20", "--duration", "15", "--layouts", "inprocess,process"],
+    ),
+    "scale": (
+        scale.main,
+        ["--jobs", "100000", "--idle-seconds", "5", "--fire-jobs", "5000", "--fire-seconds", "5"],
+    ),
 }
 QUICK: dict[str, list[str]] = {
     "defer": ["--single", "500", "--bulk", "10000", "--sync", "500"],
     "throughput": ["--runs", "4000"],
     "latency": ["--samples", "100", "--delayed-samples", "10"],
+    "precision": ["--jobs", "10", "--duration", "4", "--warmup", "1"],
+    "scale": [
+        "--jobs",
+        "10000",
+        "--define-sample",
+        "200",
+        "--put-sample",
+        "200",
+        "--idle-seconds",
+        "2",
+        "--fire-seconds",
+        "3",
+        "--no-startup-sync",
+    ],
 }
 
 

@@ -157,28 +157,20 @@ def plan(job: Job, trigger: Trigger, now: float) -> Fire:
     spec = job.spec
     due = job.next_fire_at
     assert due is not None
+    missed = 0
     if due >= now - spec.misfire_grace:
         times, eta, after = [due], due, due
     else:
         times = _missed(spec, trigger, due, now)
         eta, after = now, now
-        if times:
-            log.warning(
-                "job %s missed %s fire(s) since %s; policy %s fires %d",
-                spec.name,
-                "1" if len(times) == 1 and spec.misfire is not Misfire.ALL else "some",
-                due,
-                spec.misfire.value,
-                len(times),
-                extra={"action": "job.misfire"},
-            )
+        missed = 1
     if spec.max_fires is not None:
         times = times[: max(0, spec.max_fires - job.fires)]
     following = None if trigger.kind in ("after", "at") else trigger.next_fire(after)
     if spec.max_fires is not None and job.fires + len(times) >= spec.max_fires:
         following = None
     runs = [job_run(job, t, max(t, eta)) for t in times]
-    return Fire(job_id=job.id, expected=due, next_fire_at=following, runs=runs)
+    return Fire(job_id=job.id, expected=due, next_fire_at=following, runs=runs, missed=missed)
 
 
 def _missed(spec: JobSpec, trigger: Trigger, due: float, now: float) -> list[float]:
@@ -291,7 +283,7 @@ class Jobs:
         updated: list[str] = []
         for spec in self._app.code_jobs.values():
             old = existing.get(spec.name)
-            if old is not None and old.enabled and old.spec.spec_hash() == spec.spec_hash():
+            if old is not None and old.enabled and old.spec_digest == spec.spec_hash():
                 continue
             keep = old is not None and old.spec.trigger == spec.trigger and old.enabled
             await self._put(spec, keep_schedule=keep and old is not None and old.next_fire_at)

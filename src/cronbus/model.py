@@ -291,11 +291,18 @@ class Job:
     last_fire_at: float | None
     created_at: float
     updated_at: float
+    digest: str = ""
+    """The stored ``spec.spec_hash()``, so readers need not hash the spec again."""
 
     @property
     def name(self) -> str:
         """The job's unique name."""
         return self.spec.name
+
+    @property
+    def spec_digest(self) -> str:
+        """The spec's digest: the stored one when the store gave it."""
+        return self.digest or self.spec.spec_hash()
 
     @property
     def active(self) -> bool:
@@ -315,3 +322,5 @@ class Fire:
     expected: float
     next_fire_at: float | None
     runs: Sequence[NewRun]
+    missed: int = 0
+    """Fires that came later than the job's grace period (handled by its misfire policy)."""

@@ -21,7 +21,7 @@ from .common import job_run
 _COLUMNS = """
     id, name, task, trigger, args, kwargs, queue, priority, max_attempts, timeout, misfire,
     misfire_grace, misfire_max, overlap, children, calendars, max_fires, source, paused, enabled,
-    next_fire_at, fires, last_fire_at, created_at, updated_at
+    next_fire_at, fires, last_fire_at, created_at, updated_at, spec_hash
 """
 SELECT_JOB = f"SELECT {_COLUMNS} FROM jobs WHERE name = ?"
 LIST_JOBS = f"SELECT {_COLUMNS} FROM jobs ORDER BY name"
@@ -143,6 +143,7 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         last_fire_at=row[22],
         created_at=row[23],
         updated_at=row[24],
+        digest=row[25],
     )
 
 

@@ -1,0 +1,447 @@
+"""Named SQL of the PostgreSQL store. State lists come from the state machine, never typed by hand.
+
+Tables are unqualified: every connection of a store sets ``search_path`` to the store's schema.
+Batches travel as arrays (``unnest``), so a statement costs the same for one row or a thousand;
+parameters are psycopg's named ``%(name)s`` placeholders, and arrays go in binary (``%(name)b``:
+psycopg's text format quotes every element, which costs more than the insert itself).
+"""
+
+from __future__ import annotations
+
+from ..model import Lane, Overlap
+from ..states import ACTIVE, RunEvent, RunState, sources, sql_in, sql_match
+
+
+def _value(value: str | int) -> str:
+    """A single state, lane or policy as an SQL literal (enum constants, never user input)."""
+    return f"'{value}'" if isinstance(value, str) else str(value)
+
+
+SCHEDULED = _value(RunState.SCHEDULED.value)
+QUEUED = _value(RunState.QUEUED.value)
+RUNNING = _value(RunState.RUNNING.value)
+CANCELLING = _value(RunState.CANCELLING.value)
+SKIPPED = _value(RunState.SKIPPED.value)
+DEAD = _value(RunState.DEAD.value)
+FRESH = _value(int(Lane.FRESH))
+RETRY = _value(int(Lane.RETRY))
+OVERLAP_QUEUE = _value(Overlap.QUEUE.value)
+
+BEGIN = "BEGIN"
+COMMIT = "COMMIT"
+ROLLBACK = "ROLLBACK"
+# The worker's transactions: they may be lost in a server crash, and their prepared statements
+# keep their generic plans (see postgres.PostgresStore._transaction).
+RELAXED = """
+SELECT set_config('synchronous_commit', 'off', true),
+    set_config('plan_cache_mode', 'force_generic_plan', true)
+"""
+
+# -- schema and migrations ----------------------------------------------------------------------
+# Migrations run under one transaction-level advisory lock per schema, so processes that open the
+# store at once apply each migration once; the schema itself is created under the same lock.
+MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(%s)"
+CREATE_SCHEMA = "CREATE SCHEMA IF NOT EXISTS {}"
+CREATE_MIGRATIONS = """
+CREATE TABLE IF NOT EXISTS cronbus_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at double precision NOT NULL
+)
+"""
+SCHEMA_VERSION = "SELECT coalesce(max(version), 0) FROM cronbus_migrations"
+RECORD_MIGRATION = """
+INSERT INTO cronbus_migrations (version, name, applied_at)
+VALUES (%s, %s, extract(epoch FROM clock_timestamp()))
+"""
+
+# -- wake-ups -----------------------------------------------------------------------------------
+# NOTIFY inside a transaction is delivered at its commit, never before, and never if it rolls back.
+NOTIFY = "SELECT pg_notify(c, %(token)s) FROM unnest(%(channels)b::text[]) AS c"
+
+# -- runs: insert --------------------------------------------------------------------------------
+# Ids come from the sequence in input order (volatile functions are evaluated after the sort), so
+# the statement returns them in order and the payloads go in with the runs, in one statement.
+_NEW_RUNS = """
+    SELECT nextval('runs_id_seq') AS id, n.*
+    FROM unnest(
+        %(task)b::text[], %(queue)b::text[], %(state)b::text[], %(priority)b::int[],
+        %(eta)b::float8[], %(max_attempts)b::int[], %(timeout)b::float8[],
+        %(idempotency_key)b::text[], %(target_worker)b::text[], %(route_key)b::text[],
+        %(job_id)b::bigint[], %(fire_at)b::float8[], %(concurrency_key)b::text[],
+        %(overlap)b::text[], %(args)b::text[], %(kwargs)b::text[]
+    ) WITH ORDINALITY AS n(task, queue, state, priority, eta, max_attempts, timeout,
+        idempotency_key, target_worker, route_key, job_id, fire_at, concurrency_key, overlap,
+        args, kwargs, ord)
+    ORDER BY n.ord
+"""
+_INSERT_NEW_RUNS = """
+    INSERT INTO runs (id, task, queue, state, priority, eta, max_attempts, timeout,
+        idempotency_key, target_worker, route_key, job_id, fire_at, concurrency_key, overlap,
+        created_at, updated_at)
+    SELECT id, task, queue, state, priority, eta, max_attempts, timeout, idempotency_key,
+        target_worker, route_key, job_id, fire_at, concurrency_key, overlap, %(now)s, %(now)s
+    FROM new ORDER BY ord
+"""
+INSERT_RUNS = f"""
+WITH new AS ({_NEW_RUNS}),
+inserted AS ({_INSERT_NEW_RUNS}),
+payloads AS (INSERT INTO run_payloads (run_id, args, kwargs) SELECT id, args, kwargs FROM new)
+SELECT true, id FROM new ORDER BY ord
+"""
+# Runs with an idempotency key or a (job, fire): DO NOTHING without a target covers both unique
+# keys, and a row repeated within the batch loses to its first occurrence. The statement's
+# snapshot cannot see rows it inserted itself, so those ids are looked up in `inserted`; a run
+# committed by another transaction after the snapshot comes back NULL (see RUN_BY_KEY_OR_FIRE).
+INSERT_KEYED_RUNS = f"""
+WITH new AS ({_NEW_RUNS}),
+inserted AS ({_INSERT_NEW_RUNS} ON CONFLICT DO NOTHING RETURNING id),
+payloads AS (
+    INSERT INTO run_payloads (run_id, args, kwargs)
+    SELECT n.id, n.args, n.kwargs FROM new n JOIN inserted i ON i.id = n.id
+)
+SELECT i.id IS NOT NULL, coalesce(
+    i.id,
+    (SELECT w.id FROM new w JOIN inserted x ON x.id = w.id
+     WHERE w.idempotency_key = n.idempotency_key),
+    (SELECT r.id FROM runs r WHERE r.idempotency_key = n.idempotency_key),
+    (SELECT w.id FROM new w JOIN inserted x ON x.id = w.id
+     WHERE w.job_id = n.job_id AND w.fire_at = n.fire_at),
+    (SELECT r.id FROM runs r WHERE r.job_id = n.job_id AND r.fire_at = n.fire_at))
+FROM new n LEFT JOIN inserted i ON i.id = n.id
+ORDER BY n.ord
+"""
+RUN_BY_KEY_OR_FIRE = """
+SELECT coalesce(
+    (SELECT id FROM runs WHERE idempotency_key = %(key)s),
+    (SELECT id FROM runs WHERE job_id = %(job_id)s AND fire_at = %(fire_at)s))
+"""
+
+# -- runs: claim ---------------------------------------------------------------------------------
+# Rows locked by another claimer are skipped, never waited for.
+PROMOTE_DUE = f"""
+UPDATE runs SET state = {QUEUED}, updated_at = %(now)s
+WHERE id IN (
+    SELECT id FROM runs
+    WHERE {sql_match("state", sources(RunEvent.DUE))} AND eta <= %(now)s
+    FOR UPDATE SKIP LOCKED)
+"""
+# A run of a job with overlap=queue waits while another run with its key is active.
+_READY = f"""
+    r.state = {QUEUED} AND r.queue = s.queue
+    AND (r.target_worker IS NULL OR r.target_worker = %(worker)s)
+    AND NOT (r.overlap = {OVERLAP_QUEUE} AND EXISTS (
+        SELECT 1 FROM runs b
+        WHERE b.concurrency_key = r.concurrency_key AND b.state IN {sql_in(ACTIVE)}))
+"""
+_PICK_COLUMNS = """
+    r.id, r.attempts, r.used, r.task, r.queue, r.max_attempts, r.timeout, r.eta,
+    r.concurrency_key, r.overlap, r.job_id, r.lane, r.priority
+"""
+_READY_ORDER = "r.lane, r.priority DESC, r.eta, r.id"
+# Each queue's share first; then what the shares left unused goes to the queues that filled
+# theirs, in order. Every candidate is locked (SKIP LOCKED) as it is read, through the
+# runs_ready index; the final LIMIT may leave a few leftovers locked until the commit when
+# several queues filled their share, which only hides them from other claimers for a moment.
+PICK = f"""
+WITH shares AS (
+    SELECT queue, lim, ord
+    FROM unnest(%(queues)b::text[], %(limits)b::int[]) WITH ORDINALITY AS s(queue, lim, ord)
+),
+first_pass AS (
+    SELECT s.ord, c.*
+    FROM shares s
+    CROSS JOIN LATERAL (
+        SELECT {_PICK_COLUMNS} FROM runs r
+        WHERE {_READY}
+        ORDER BY {_READY_ORDER}
+        LIMIT s.lim
+        FOR UPDATE OF r SKIP LOCKED
+    ) c
+),
+second_pass AS (
+    SELECT s.ord, c.*
+    FROM (
+        SELECT s.queue, s.ord, %(limit)s - (SELECT count(*) FROM first_pass) AS room
+        FROM shares s
+        WHERE s.lim = (SELECT count(*) FROM first_pass f WHERE f.ord = s.ord)
+    ) s
+    CROSS JOIN LATERAL (
+        SELECT {_PICK_COLUMNS} FROM runs r
+        WHERE {_READY} AND r.id <> ALL (ARRAY(SELECT id FROM first_pass))
+        ORDER BY {_READY_ORDER}
+        LIMIT greatest(s.room, 0)
+        FOR UPDATE OF r SKIP LOCKED
+    ) c
+),
+picked AS (
+    SELECT 0 AS pass, * FROM first_pass
+    UNION ALL
+    SELECT 1 AS pass, * FROM second_pass
+)
+SELECT p.id, p.attempts, p.used, p.task, p.queue, p.max_attempts, p.timeout, p.eta,
+    p.concurrency_key, p.overlap, p.job_id, pl.args, pl.kwargs
+FROM picked p LEFT JOIN run_payloads pl ON pl.run_id = p.id
+ORDER BY p.pass, p.ord, p.lane, p.priority DESC, p.eta, p.id
+LIMIT %(limit)s
+"""
+# Start picked runs (locked by this transaction) under a lease, with one attempt each; attempt
+# ids are drawn in pick order.
+START = f"""
+WITH chosen AS (
+    SELECT id, nextval('attempts_id_seq') AS attempt_id
+    FROM unnest(%(ids)b::bigint[]) WITH ORDINALITY AS c(id, ord)
+    ORDER BY ord
+),
+started AS (
+    UPDATE runs r
+    SET state = {RUNNING}, attempts = r.attempts + 1, lease_owner = %(worker)s,
+        lease_expires = %(expires)s, attempt_id = c.attempt_id, updated_at = %(now)s
+    FROM chosen c
+    WHERE r.id = c.id AND r.state = {QUEUED}
+    RETURNING r.id, r.attempt_id, r.attempts
+)
+INSERT INTO attempts (id, run_id, number, worker_id, started_at)
+SELECT attempt_id, id, attempts, %(worker)s, %(now)s FROM started
+RETURNING run_id, id
+"""
+
+# -- runs: overlap policies at claim -------------------------------------------------------------
+# Claimers of runs that share a concurrency key take these locks (sorted, so never in a cycle)
+# before reading which keys are busy: two claimers cannot both see a key free.
+KEY_LOCKS = """
+SELECT pg_advisory_xact_lock(%(space)s, hashtext(k))
+FROM (SELECT DISTINCT k FROM unnest(%(keys)b::text[]) AS k) AS keys
+ORDER BY k
+"""
+ACTIVE_KEYS = f"""
+SELECT concurrency_key, id FROM runs
+WHERE concurrency_key = ANY(%(keys)b::text[]) AND state IN {sql_in(ACTIVE)}
+ORDER BY id
+"""
+SKIP_RUNS = f"""
+UPDATE runs SET state = {SKIPPED}, updated_at = %(now)s, finished_at = %(now)s
+WHERE id = ANY(%(ids)b::bigint[]) AND state IN {sql_in(sources(RunEvent.SKIP))}
+"""
+CANCEL_RUNNING = f"""
+UPDATE runs SET state = {CANCELLING}, updated_at = %(now)s
+WHERE id = ANY(%(ids)b::bigint[]) AND state = {RUNNING}
+"""
+
+# -- runs: complete ------------------------------------------------------------------------------
+# An `after` job plans its next fire (through its trigger, in Python) when its run ends, unless
+# something planned one meanwhile; the same condition guards the update (compare-and-set).
+_AFTER_JOB = """
+    j.after_seconds IS NOT NULL AND j.next_fire_at IS NULL AND j.enabled AND NOT j.paused
+    AND (j.max_fires IS NULL OR j.fires < j.max_fires)
+"""
+# One statement ends a batch of attempts. Fencing is in the WHERE clause: a change applies only
+# to the run's current attempt, and only from the state it was computed for (each outcome comes
+# with one change per active state, so the database picks the one matching the row it locks).
+# The new eta is a clamp of the current one, [eta_low, eta_high] (see postgres._changes).
+# Rows of job runs say whether their job fires children, and bring the trigger of an `after` job
+# that waits for its run's end to plan its next fire.
+COMPLETE = f"""
+WITH change AS (
+    SELECT * FROM unnest(
+        %(run_id)b::bigint[], %(attempt_id)b::bigint[], %(source)b::text[], %(state)b::text[],
+        %(eta_low)b::float8[], %(eta_high)b::float8[], %(lane)b::smallint[], %(used)b::int[],
+        %(lost)b::int[], %(finished_at)b::float8[]
+    ) AS c(run_id, attempt_id, source, state, eta_low, eta_high, lane, used, lost, finished_at)
+),
+done AS (
+    UPDATE runs r
+    SET state = c.state, eta = greatest(c.eta_low, least(r.eta, c.eta_high)), lane = c.lane,
+        used = r.used + c.used, lost = r.lost + c.lost, finished_at = c.finished_at,
+        lease_owner = NULL, lease_expires = NULL, updated_at = %(now)s
+    FROM change c
+    WHERE r.id = c.run_id AND r.attempt_id = c.attempt_id AND r.state = c.source
+    RETURNING r.id, r.attempt_id, r.state, r.job_id, r.concurrency_key
+),
+ended AS (
+    UPDATE attempts a
+    SET finished_at = %(now)s, outcome = o.outcome, result = o.result,
+        error_type = o.error_type, error_message = o.error_message, traceback = o.traceback,
+        logs = o.logs
+    FROM unnest(
+        %(a_id)b::bigint[], %(a_outcome)b::text[], %(a_result)b::text[],
+        %(a_error_type)b::text[], %(a_error_message)b::text[], %(a_traceback)b::text[],
+        %(a_logs)b::text[]
+    ) AS o(attempt_id, outcome, result, error_type, error_message, traceback, logs)
+    JOIN done d ON d.attempt_id = o.attempt_id
+    WHERE a.id = o.attempt_id
+)
+SELECT d.id, d.attempt_id, d.state, d.job_id, d.concurrency_key,
+    coalesce(j.children <> '[]', false) AS has_children,
+    CASE WHEN {_AFTER_JOB} THEN j.trigger END AS after_trigger
+FROM done d LEFT JOIN jobs j ON j.id = d.job_id
+"""
+AFTER_JOBS = f"SELECT j.id, j.trigger FROM jobs j WHERE j.id = ANY(%s::bigint[]) AND {_AFTER_JOB}"
+SET_NEXT_FIRES = f"""
+UPDATE jobs j SET next_fire_at = f.next_fire_at, updated_at = %(now)s
+FROM unnest(%(job_id)b::bigint[], %(next_fire_at)b::float8[]) AS f(job_id, next_fire_at)
+WHERE j.id = f.job_id AND {_AFTER_JOB}
+"""
+
+# -- runs: leases --------------------------------------------------------------------------------
+HEARTBEAT = f"""
+WITH seen AS (UPDATE workers SET heartbeat_at = %(now)s WHERE id = %(worker)s)
+UPDATE runs SET lease_expires = %(expires)s
+WHERE lease_owner = %(worker)s AND state IN {sql_in(ACTIVE)}
+RETURNING id, attempt_id, state
+"""
+EXPIRED = f"""
+SELECT id, attempt_id, state, lost, eta, job_id FROM runs
+WHERE state IN {sql_in(ACTIVE)} AND lease_expires < %(now)s
+ORDER BY lease_expires LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+"""
+AGE_RETRIES = f"""
+UPDATE runs SET lane = {FRESH}
+WHERE id IN (
+    SELECT id FROM runs WHERE state = {QUEUED} AND lane = {RETRY} AND eta <= %(cutoff)s
+    FOR UPDATE SKIP LOCKED)
+"""
+
+# -- runs: commands ------------------------------------------------------------------------------
+RUN_STATE = "SELECT state, job_id FROM runs WHERE id = %s FOR UPDATE"
+SET_STATE = """
+UPDATE runs SET state = %(new)s, updated_at = %(now)s, finished_at = %(finished_at)s
+WHERE id = %(id)s AND state = %(old)s
+"""
+_REQUEUE = f"""
+UPDATE runs SET state = {QUEUED}, lane = {FRESH}, used = 0, lost = 0, eta = %(now)s,
+    updated_at = %(now)s, finished_at = NULL
+"""
+REQUEUE_IDS = f"""{_REQUEUE}
+WHERE id = ANY(%(ids)b::bigint[]) AND state IN {sql_in(sources(RunEvent.REQUEUE))}
+RETURNING id
+"""
+REQUEUE_ALL_DEAD = f"""{_REQUEUE}
+WHERE state = {DEAD}
+RETURNING id
+"""
+
+# -- runs: reads ---------------------------------------------------------------------------------
+_RUN_COLUMNS = """
+    r.id, r.task, r.queue, r.state, r.priority, r.lane, r.eta, r.attempts, r.used,
+    r.max_attempts, r.timeout, r.idempotency_key, r.created_at, r.updated_at, r.finished_at,
+    r.lease_owner, r.lease_expires, r.attempt_id, r.target_worker, r.route_key,
+    p.args, p.kwargs, a.result, a.error_type, a.error_message, a.traceback, r.job_id, r.fire_at
+"""
+_RUN_FROM = """
+    FROM runs r
+    LEFT JOIN run_payloads p ON p.run_id = r.id
+    LEFT JOIN attempts a ON a.id = r.attempt_id
+"""
+GET_RUN = f"SELECT {_RUN_COLUMNS} {_RUN_FROM} WHERE r.id = %s"
+GET_RUNS = f"SELECT {_RUN_COLUMNS} {_RUN_FROM} WHERE r.id = ANY(%b::bigint[])"
+LIST_RUNS = f"SELECT {_RUN_COLUMNS} {_RUN_FROM}"
+LIST_RUNS_ORDER = " ORDER BY r.id DESC LIMIT %s"
+RUN_FILTERS = {
+    "states": "r.state = ANY(%b::text[])",
+    "task": "r.task = %s",
+    "queue": "r.queue = %s",
+    "job_id": "r.job_id = %s",
+    "before_id": "r.id < %s",
+}
+LIST_ATTEMPTS = """
+SELECT id, run_id, number, worker_id, started_at, finished_at, outcome, result, error_type,
+       error_message, traceback, logs
+FROM attempts WHERE run_id = %s ORDER BY id
+"""
+COUNT_RUNS = "SELECT state, count(*) FROM runs GROUP BY state"
+NEXT_ETA = f"SELECT min(eta) FROM runs WHERE state = {SCHEDULED} AND queue = ANY(%b::text[])"
+
+# -- jobs ----------------------------------------------------------------------------------------
+# The same columns, in the same order, as the SQLite store's, so one row mapping serves both.
+_JOB_COLUMNS = """
+    id, name, task, trigger, args, kwargs, queue, priority, max_attempts, timeout, misfire,
+    misfire_grace, misfire_max, overlap, children, calendars, max_fires, source, paused, enabled,
+    next_fire_at, fires, last_fire_at, created_at, updated_at
+"""
+SELECT_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE name = %s"
+LIST_JOBS = f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY name"
+DUE_JOBS = f"""
+SELECT {_JOB_COLUMNS} FROM jobs
+WHERE next_fire_at IS NOT NULL AND NOT paused AND enabled AND next_fire_at <= %s
+ORDER BY next_fire_at LIMIT %s
+"""
+NEXT_FIRE = """
+SELECT min(next_fire_at) FROM jobs WHERE next_fire_at IS NOT NULL AND NOT paused AND enabled
+"""
+UPSERT_JOB = f"""
+INSERT INTO jobs (name, task, trigger, after_seconds, args, kwargs, queue, priority,
+                  max_attempts, timeout, misfire, misfire_grace, misfire_max, overlap, children,
+                  calendars, max_fires, source, spec_hash, paused, enabled, next_fire_at,
+                  created_at, updated_at)
+VALUES (%(name)s, %(task)s, %(trigger)s, %(after_seconds)s, %(args)s, %(kwargs)s, %(queue)s,
+        %(priority)s, %(max_attempts)s, %(timeout)s, %(misfire)s, %(misfire_grace)s,
+        %(misfire_max)s, %(overlap)s, %(children)s, %(calendars)s, %(max_fires)s, %(source)s,
+        %(spec_hash)s, %(paused)s, true, %(next_fire_at)s, %(now)s, %(now)s)
+ON CONFLICT (name) DO UPDATE SET
+    task = excluded.task, trigger = excluded.trigger, after_seconds = excluded.after_seconds,
+    args = excluded.args, kwargs = excluded.kwargs, queue = excluded.queue,
+    priority = excluded.priority, max_attempts = excluded.max_attempts,
+    timeout = excluded.timeout, misfire = excluded.misfire,
+    misfire_grace = excluded.misfire_grace, misfire_max = excluded.misfire_max,
+    overlap = excluded.overlap, children = excluded.children, calendars = excluded.calendars,
+    max_fires = excluded.max_fires, source = excluded.source, spec_hash = excluded.spec_hash,
+    paused = excluded.paused, enabled = true, next_fire_at = excluded.next_fire_at,
+    updated_at = excluded.updated_at
+RETURNING {_JOB_COLUMNS}
+"""
+SET_PAUSED = f"""
+UPDATE jobs SET paused = %(paused)s, next_fire_at = %(next_fire_at)s, updated_at = %(now)s
+WHERE name = %(name)s
+RETURNING {_JOB_COLUMNS}
+"""
+DISABLE = """
+UPDATE jobs SET enabled = false, updated_at = %s
+WHERE name = ANY(%b::text[]) AND enabled
+RETURNING name
+"""
+DELETE = "DELETE FROM jobs WHERE name = %s RETURNING id"
+# Compare-and-set of each job's next fire: a second scheduler's identical plan waits for the
+# first one's row lock, then finds next_fire_at moved and changes nothing.
+ADVANCE = """
+UPDATE jobs j
+SET next_fire_at = f.next_fire_at, fires = j.fires + f.runs, last_fire_at = f.last_fire_at,
+    updated_at = %(now)s
+FROM unnest(
+    %(job_id)b::bigint[], %(expected)b::float8[], %(next_fire_at)b::float8[], %(runs)b::int[],
+    %(last_fire_at)b::float8[]
+) AS f(job_id, expected, next_fire_at, runs, last_fire_at)
+WHERE j.id = f.job_id AND j.next_fire_at = f.expected AND NOT j.paused AND j.enabled
+RETURNING j.id
+"""
+CHILD_JOBS = f"""
+SELECT {_JOB_COLUMNS} FROM jobs
+WHERE enabled AND name IN (
+    SELECT json_array_elements_text(children::json) FROM jobs WHERE id = ANY(%b::bigint[]))
+ORDER BY id
+"""
+CLEAR_CALENDAR = "DELETE FROM calendars WHERE name = %s"
+PUT_DAYS = """
+INSERT INTO calendars (name, day) SELECT %s, unnest(%b::text[]) ON CONFLICT DO NOTHING
+"""
+CALENDARS = "SELECT name, day FROM calendars ORDER BY name, day"
+
+# -- workers -------------------------------------------------------------------------------------
+UPSERT_WORKER = """
+INSERT INTO workers (id, host, pid, queues, labels, concurrency, version, started_at,
+                     heartbeat_at, state)
+VALUES (%s, %s, %s, %b::text[], %b::text[], %s, %s, %s, %s, %s)
+ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
+    queues = excluded.queues, labels = excluded.labels, concurrency = excluded.concurrency,
+    version = excluded.version, started_at = excluded.started_at,
+    heartbeat_at = excluded.heartbeat_at, state = excluded.state
+"""
+SET_WORKER_STATE = "UPDATE workers SET state = %s, heartbeat_at = %s WHERE id = %s"
+LIST_WORKERS = f"""
+SELECT w.id, w.host, w.pid, w.queues, w.labels, w.concurrency, w.version, w.started_at,
+    w.heartbeat_at, w.state,
+    ARRAY(SELECT r.id FROM runs r
+          WHERE r.lease_owner = w.id AND r.state IN {sql_in(ACTIVE)} ORDER BY r.id)
+FROM workers w ORDER BY w.started_at DESC
+"""

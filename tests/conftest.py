@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.pg import pg_store_url
 from cronbus.store import Store, open_store
 
 
@@ -16,10 +17,17 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'cronbus.db'}"
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    """Each store backend, opened on a fresh database; the contract suite runs once per param."""
-    url = f"sqlite:///{tmp_path / 'contract.db'}"
+    """Each store backend, opened on a fresh database; the contract suite runs once per param.
+
+    PostgreSQL gets a fresh schema on ``CRONBUS_TEST_PG``: skipped locally when unreachable,
+    failed when ``CI=true``.
+    """
+    if request.param == "postgres":
+        url = await pg_store_url(request)
+    else:
+        url = f"sqlite:///{tmp_path / 'contract.db'}"
     s = open_store(url)
     await s.open()
     try:

@@ -38,12 +38,15 @@ async def serve(
         )
         if install_signals:
             _on_signals(roles)
+        before = asyncio.all_tasks()
+        started: set[asyncio.Task[object]] = set()
         try:
             if startup:
                 await app.run_startup_hooks()
+                started = asyncio.all_tasks() - before
             await roles.run()
         finally:
-            await _cancel_background()
+            await _cancel(started)
 
 
 class Roles:
@@ -66,13 +69,12 @@ class Roles:
             self.worker.request_stop(hurry=hurry)
 
 
-async def _cancel_background() -> None:
-    """Stop what startup hooks left running, before the store they use closes."""
-    current = asyncio.current_task()
-    others = [t for t in asyncio.all_tasks() if t is not current]
-    for task in others:
+async def _cancel(tasks: set[asyncio.Task[object]]) -> None:
+    """Stop what startup hooks left running, before the store they use closes (and nothing
+    else: the store's own tasks are the store's to stop)."""
+    for task in tasks:
         task.cancel()
-    await asyncio.gather(*others, return_exceptions=True)
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _on_signals(roles: Roles) -> None:

@@ -4,7 +4,9 @@
 
 - ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` or ``sqlite:///:memory:``;
   options as a query string: ``?synchronous=normal`` (default ``full``), ``busy_timeout=30``.
-- ``postgresql://...`` (a later release).
+- ``postgresql://user:password@host:port/db`` (or ``postgres://``); libpq's options pass
+  through, and cronbus's own: ``?schema=cronbus`` (the schema that holds the tables),
+  ``statement_timeout=30`` (seconds, 0 for none), ``pool_min=1``, ``pool_max=10``.
 """
 
 from __future__ import annotations
@@ -46,13 +48,22 @@ def open_store(url: str) -> Store:
     if parts.scheme == "sqlite":
         return _sqlite(url, parts.netloc, parts.path, parts.query)
     if parts.scheme in ("postgres", "postgresql"):
-        raise StoreURLError(
-            f"store URL {url!r}: the PostgreSQL store is not in this version; use sqlite:///path.db"
-        )
+        return _postgres(url.strip())
     raise StoreURLError(
         f"store URL {url!r} has an unknown scheme {parts.scheme!r}: "
         "use sqlite:///path.db or postgresql://user@host/db"
     )
+
+
+def _postgres(url: str) -> Store:
+    # Imported here, so that SQLite users do not pay for importing psycopg.
+    try:
+        from .postgres import PostgresStore
+    except ImportError as exc:
+        raise StoreURLError(
+            f"store URL {url!r} needs psycopg 3 and psycopg-pool, which failed to import: {exc}"
+        ) from None
+    return PostgresStore(url)
 
 
 def _sqlite(url: str, netloc: str, path: str, query: str) -> SQLiteStore:

@@ -374,7 +374,8 @@ class PostgresStore:
         params = {"key": run.idempotency_key, "job_id": run.job_id, "fire_at": run.fire_at}
         row = await self._one(q.RUN_BY_KEY_OR_FIRE, params)
         if row is None or row[0] is None:
-            raise StoreError(f"a run for key {run.idempotency_key!r} conflicted but was not found")
+            what = run.idempotency_key or f"job {run.job_id} at {run.fire_at}"
+            raise StoreError(f"the existing run of {what!r} could not be read")
         return int(row[0])
 
     # -- claim and complete --------------------------------------------------------------------
@@ -491,7 +492,9 @@ class PostgresStore:
         start and end bounds hold), and the children of successful runs fire."""
         following = _after_fires(triggers, now)
         if following:
-            params = {**_arrays(("job_id", "next_fire_at"), list(following.items())), "now": now}
+            # By job id, so that transactions planning the same jobs lock them in one order.
+            rows = sorted(following.items())
+            params = {**_arrays(("job_id", "next_fire_at"), rows), "now": now}
             await tx.queue(q.SET_NEXT_FIRES, params)
             tx.nudges.update((JOBS_CHANNEL, RUNS_CHANNEL))
         if parents:
@@ -1070,7 +1073,7 @@ def _run_params(runs: Sequence[NewRun], now: float) -> dict[str, Any]:
 # -- jobs and workers (pure) ---------------------------------------------------------------------
 def _after_fires(triggers: Mapping[int, str], now: float) -> dict[int, float]:
     """The next fires that ``after`` jobs plan when their run ends (none past their end)."""
-    following = {}
+    following: dict[int, float] = {}
     for job_id, text in triggers.items():
         fire_at = trigger_from_spec(json.loads(text)).next_fire(now)
         if fire_at is not None:
@@ -1183,6 +1186,7 @@ class _Listening:
         self._changed = asyncio.Event()
         self._subscribed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
 
     async def subscribe(self, channels: Iterable[str]) -> None:
         """LISTEN on ``channels``; returns once the server has them (or after a while: polling
@@ -1198,7 +1202,7 @@ class _Listening:
         self._changed.set()
         try:
             async with asyncio.timeout(_SUBSCRIBE_SECONDS), self._subscribed:
-                await self._subscribed.wait_for(lambda: wanted <= self._listening)
+                await self._subscribed.wait_for(lambda: self._closed or wanted <= self._listening)
         except TimeoutError:
             log.warning(
                 "not listening on %s yet; wake-ups fall back to polling until reconnected",
@@ -1207,10 +1211,13 @@ class _Listening:
 
     async def close(self) -> None:
         """Stop the supervising task and close the connection."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             await _stopped(self._task)
             self._task = None
+        async with self._subscribed:
+            self._subscribed.notify_all()
 
     async def _supervise(self) -> None:
         delay, broken = _BACKOFF_FIRST, False
@@ -1237,6 +1244,9 @@ class _Listening:
                 )
                 if connected:
                     self._lost()
+            except Exception:
+                # Whatever it was, wake-ups must come back: polling alone is only the safety net.
+                log.exception("listening failed; retrying in %.1fs", delay)
             finally:
                 self._listening = set()
             broken = True

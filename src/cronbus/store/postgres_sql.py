@@ -11,6 +11,9 @@ from __future__ import annotations
 from ..model import Lane, Overlap
 from ..states import ACTIVE, RunEvent, RunState, sources, sql_in, sql_match
 
+# The jobs table has the same columns in both stores: one list, one row mapping (job_from_row).
+from .sqlite_jobs import _COLUMNS as _JOB_COLUMNS
+
 
 def _value(value: str | int) -> str:
     """A single state, lane or policy as an SQL literal (enum constants, never user input)."""
@@ -276,7 +279,7 @@ SELECT d.id, d.attempt_id, d.state, d.job_id, d.concurrency_key,
     CASE WHEN {_AFTER_JOB} THEN j.trigger END AS after_trigger
 FROM done d LEFT JOIN jobs j ON j.id = d.job_id
 """
-AFTER_JOBS = f"SELECT j.id, j.trigger FROM jobs j WHERE j.id = ANY(%s::bigint[]) AND {_AFTER_JOB}"
+AFTER_JOBS = f"SELECT j.id, j.trigger FROM jobs j WHERE j.id = ANY(%b::bigint[]) AND {_AFTER_JOB}"
 SET_NEXT_FIRES = f"""
 UPDATE jobs j SET next_fire_at = f.next_fire_at, updated_at = %(now)s
 FROM unnest(%(job_id)b::bigint[], %(next_fire_at)b::float8[]) AS f(job_id, next_fire_at)
@@ -284,11 +287,20 @@ WHERE j.id = f.job_id AND {_AFTER_JOB}
 """
 
 # -- runs: leases --------------------------------------------------------------------------------
+# A worker's heartbeat and its own completions run at once on two connections: waiting for each
+# other's row locks (taken in different orders) could deadlock. So the heartbeat renews the
+# leases nobody holds a lock on at that instant (the others are being completed, cancelled or
+# reaped; a lease is several heartbeats long) and reports every attempt the worker still holds.
 HEARTBEAT = f"""
-WITH seen AS (UPDATE workers SET heartbeat_at = %(now)s WHERE id = %(worker)s)
-UPDATE runs SET lease_expires = %(expires)s
+WITH seen AS (UPDATE workers SET heartbeat_at = %(now)s WHERE id = %(worker)s),
+renewed AS (
+    UPDATE runs SET lease_expires = %(expires)s
+    WHERE id IN (
+        SELECT id FROM runs WHERE lease_owner = %(worker)s AND state IN {sql_in(ACTIVE)}
+        FOR UPDATE SKIP LOCKED)
+)
+SELECT id, attempt_id, state FROM runs
 WHERE lease_owner = %(worker)s AND state IN {sql_in(ACTIVE)}
-RETURNING id, attempt_id, state
 """
 EXPIRED = f"""
 SELECT id, attempt_id, state, lost, eta, job_id FROM runs
@@ -354,12 +366,6 @@ COUNT_RUNS = "SELECT state, count(*) FROM runs GROUP BY state"
 NEXT_ETA = f"SELECT min(eta) FROM runs WHERE state = {SCHEDULED} AND queue = ANY(%b::text[])"
 
 # -- jobs ----------------------------------------------------------------------------------------
-# The same columns, in the same order, as the SQLite store's, so one row mapping serves both.
-_JOB_COLUMNS = """
-    id, name, task, trigger, args, kwargs, queue, priority, max_attempts, timeout, misfire,
-    misfire_grace, misfire_max, overlap, children, calendars, max_fires, source, paused, enabled,
-    next_fire_at, fires, last_fire_at, created_at, updated_at
-"""
 SELECT_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE name = %s"
 LIST_JOBS = f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY name"
 DUE_JOBS = f"""

@@ -176,3 +176,15 @@ async def test_calendars(store: Store) -> None:
         "fr": frozenset({"2026-12-25"}),
         "us": frozenset({"2026-07-04"}),
     }
+
+
+async def test_a_fire_without_runs_keeps_the_last_fire_time(store: Store) -> None:
+    job = await store.put_job(spec(), T0 + 10, T0)
+    first = Fire(
+        job_id=job.id, expected=T0 + 10, next_fire_at=T0 + 20, runs=[job_run(job, T0 + 10, T0)]
+    )
+    await store.fire([first], T0 + 10)
+    skipped = Fire(job_id=job.id, expected=T0 + 20, next_fire_at=T0 + 100, runs=[])
+    assert await store.fire([skipped], T0 + 95) == [True]
+    job = await store.get_job("j")
+    assert (job.last_fire_at, job.next_fire_at, job.fires) == (T0 + 10, T0 + 100, 1)

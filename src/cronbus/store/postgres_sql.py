@@ -412,7 +412,8 @@ DELETE = "DELETE FROM jobs WHERE name = %s RETURNING id"
 # first one's row lock, then finds next_fire_at moved and changes nothing.
 ADVANCE = """
 UPDATE jobs j
-SET next_fire_at = f.next_fire_at, fires = j.fires + f.runs, last_fire_at = f.last_fire_at,
+SET next_fire_at = f.next_fire_at, fires = j.fires + f.runs,
+    last_fire_at = coalesce(f.last_fire_at, j.last_fire_at),
     updated_at = %(now)s
 FROM unnest(
     %(job_id)b::bigint[], %(expected)b::float8[], %(next_fire_at)b::float8[], %(runs)b::int[],

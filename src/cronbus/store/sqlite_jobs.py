@@ -62,7 +62,8 @@ RETURNING name
 """
 DELETE = "DELETE FROM jobs WHERE name = ? RETURNING id"
 ADVANCE = """
-UPDATE jobs SET next_fire_at = :next, fires = fires + :count, last_fire_at = :last,
+UPDATE jobs SET next_fire_at = :next, fires = fires + :count,
+    last_fire_at = coalesce(:last, last_fire_at),
     updated_at = :now
 WHERE id = :id AND next_fire_at = :expected AND paused = 0 AND enabled = 1
 """

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..model import Job, Lane, NewRun, Outcome, Overlap
 from ..states import AttemptOutcome, RunEvent, RunState, transition
 
 LEASE_EXPIRED = "LeaseExpired"
+P = TypeVar("P")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,3 +73,39 @@ def job_run(job: Job, fire_at: float, eta: float) -> NewRun:
         concurrency_key=None if spec.overlap is Overlap.ALLOW else f"job:{job.id}",
         overlap=spec.overlap,
     )
+
+
+def overlap_decisions(
+    picks: Sequence[P],
+    busy: Mapping[str, Sequence[int]],
+    policy: Callable[[P], tuple[str | None, str | None]],
+) -> tuple[list[P], list[P], list[int]]:
+    """Apply job overlap policies among picked runs that share a concurrency key.
+
+    ``busy`` maps keys to the ids of their running runs; ``policy`` gives a pick's key and
+    overlap. Returns the runs to start, those to end ``skipped``, and the busy runs to cancel:
+    a ``queue`` run whose key is busy (or taken earlier in this batch) waits; a ``skip`` one
+    ends skipped; a ``replace`` one asks the busy runs to cancel and starts.
+    """
+    waiting = {key: list(ids) for key, ids in busy.items()}
+    kept: list[P] = []
+    skipped: list[P] = []
+    cancel: list[int] = []
+    taken: set[str] = set()
+    for pick in picks:
+        key, name = policy(pick)
+        overlap = Overlap(name or Overlap.ALLOW)
+        if key is None or overlap is Overlap.ALLOW:
+            kept.append(pick)
+        elif key in waiting and overlap is Overlap.REPLACE and key not in taken:
+            cancel.extend(waiting.pop(key))
+            kept.append(pick)
+        elif key in waiting or key in taken:
+            if overlap is Overlap.SKIP:
+                skipped.append(pick)
+            # QUEUE (or a second REPLACE in one batch): it waits for the next claim.
+        else:
+            kept.append(pick)
+        if key is not None:
+            taken.add(key)
+    return kept, skipped, cancel

@@ -62,7 +62,6 @@ from ..model import (
     Lane,
     NewRun,
     Outcome,
-    Overlap,
     Run,
     RunFilter,
     WorkerInfo,
@@ -73,12 +72,8 @@ from ..triggers import trigger_from_spec
 from . import migrations
 from . import postgres_sql as q
 from .base import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener
-from .common import LEASE_EXPIRED, finish, job_run
-
-# The row layouts are the SQLite store's, so are the converters (they would sit best in .common).
-from .sqlite import _attempt as attempt_from_row
-from .sqlite import _run as run_from_row
-from .sqlite_jobs import job_from_row, job_params
+from .common import LEASE_EXPIRED, finish, job_run, overlap_decisions
+from .rows import attempt_from_row, job_from_row, job_params, run_from_row
 from .wake import WakeHub
 
 log = logging.getLogger("cronbus.store")
@@ -469,7 +464,9 @@ class PostgresStore:
         busy: dict[str, list[int]] = {}
         for key, run_id in await tx.rows(q.ACTIVE_KEYS, {"keys": keys}):
             busy.setdefault(key, []).append(run_id)
-        kept, skipped, cancel = overlap_decisions(picks, busy)
+        kept, skipped, cancel = overlap_decisions(
+            picks, busy, lambda p: (p.concurrency_key, p.overlap)
+        )
         if cancel:
             await tx.queue(q.CANCEL_RUNNING, {"ids": cancel, "now": now})
             tx.nudges.add(CONTROL_CHANNEL)
@@ -853,38 +850,6 @@ class _Pick(NamedTuple):
     job_id: int | None
     args: str | None
     kwargs: str | None
-
-
-def overlap_decisions(
-    picks: Sequence[_Pick], busy: Mapping[str, Sequence[int]]
-) -> tuple[list[_Pick], list[_Pick], list[int]]:
-    """Apply job overlap policies among runs that share a concurrency key, as SQLite does.
-
-    Returns the runs to start, those to end ``skipped``, and the busy runs to cancel: a
-    ``queue`` run whose key is busy (or taken earlier in this batch) waits; a ``skip`` one ends
-    skipped; a ``replace`` one asks the busy runs to cancel and starts.
-    """
-    waiting = {key: list(ids) for key, ids in busy.items()}
-    kept: list[_Pick] = []
-    skipped: list[_Pick] = []
-    cancel: list[int] = []
-    taken: set[str] = set()
-    for pick in picks:
-        key, overlap = pick.concurrency_key, Overlap(pick.overlap or Overlap.ALLOW)
-        if key is None or overlap is Overlap.ALLOW:
-            kept.append(pick)
-        elif key in waiting and overlap is Overlap.REPLACE and key not in taken:
-            cancel.extend(waiting.pop(key))
-            kept.append(pick)
-        elif key in waiting or key in taken:
-            if overlap is Overlap.SKIP:
-                skipped.append(pick)
-            # QUEUE (or a second REPLACE in one batch): it waits for the next claim.
-        else:
-            kept.append(pick)
-        if key is not None:
-            taken.add(key)
-    return kept, skipped, cancel
 
 
 def _claimed(picks: Sequence[_Pick], started: Sequence[Row]) -> list[ClaimedRun]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from ..model import Lane, Overlap
 from ..states import ACTIVE, RunEvent, RunState, sources, sql_in, sql_match
-
-# The jobs table has the same columns in both stores: one list, one row mapping (job_from_row).
-from .sqlite_jobs import _COLUMNS as _JOB_COLUMNS
+from .rows import JOB_COLUMNS as _JOB_COLUMNS
+from .rows import RUN_COLUMNS as _RUN_COLUMNS
+from .rows import RUN_FROM as _RUN_FROM
 
 
 def _value(value: str | int) -> str:
@@ -335,17 +335,6 @@ RETURNING id
 """
 
 # -- runs: reads ---------------------------------------------------------------------------------
-_RUN_COLUMNS = """
-    r.id, r.task, r.queue, r.state, r.priority, r.lane, r.eta, r.attempts, r.used,
-    r.max_attempts, r.timeout, r.idempotency_key, r.created_at, r.updated_at, r.finished_at,
-    r.lease_owner, r.lease_expires, r.attempt_id, r.target_worker, r.route_key,
-    p.args, p.kwargs, a.result, a.error_type, a.error_message, a.traceback, r.job_id, r.fire_at
-"""
-_RUN_FROM = """
-    FROM runs r
-    LEFT JOIN run_payloads p ON p.run_id = r.id
-    LEFT JOIN attempts a ON a.id = r.attempt_id
-"""
 GET_RUN = f"SELECT {_RUN_COLUMNS} {_RUN_FROM} WHERE r.id = %s"
 GET_RUNS = f"SELECT {_RUN_COLUMNS} {_RUN_FROM} WHERE r.id = ANY(%b::bigint[])"
 LIST_RUNS = f"SELECT {_RUN_COLUMNS} {_RUN_FROM}"

@@ -30,7 +30,6 @@ from ..model import (
     Lane,
     NewRun,
     Outcome,
-    Overlap,
     Run,
     RunFilter,
     WorkerInfo,
@@ -40,7 +39,8 @@ from ..states import AttemptOutcome, RunEvent, RunState, sources, transition
 from . import sqlite_jobs
 from . import sqlite_sql as q
 from .base import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener
-from .common import LEASE_EXPIRED, finish
+from .common import LEASE_EXPIRED, finish, overlap_decisions
+from .rows import attempt_from_row, job_from_row, job_params, run_from_row
 from .sqlite_db import Database, Inline
 from .wake import WakeHub
 
@@ -217,36 +217,20 @@ class SQLiteStore:
     def _overlap(
         self, conn: sqlite3.Connection, rows: list[Row], now: float, nudges: set[str]
     ) -> list[Row]:
-        """Apply job overlap policies among runs that share a concurrency key.
-
-        ``queue`` runs whose key is busy were not selected; a ``skip`` run whose key is busy
-        (or taken earlier in this batch) ends skipped; a ``replace`` run asks the busy one to
-        cancel and starts.
-        """
+        """Apply job overlap policies (:func:`.common.overlap_decisions`) to picked rows;
+        ``queue`` runs whose key is busy were not even selected."""
         keys = {row[8] for row in rows if row[8] is not None}
         if not keys:
             return rows
         busy: dict[str, list[int]] = {}
         for key, run_id in conn.execute(q.ACTIVE_KEYS, (json.dumps(sorted(keys)),)):
             busy.setdefault(key, []).append(run_id)
-        kept, skipped, taken = [], [], set()
-        for row in rows:
-            key, overlap = row[8], Overlap(row[9] or Overlap.ALLOW)
-            if key is None or overlap is Overlap.ALLOW:
-                kept.append(row)
-            elif key in busy and overlap is Overlap.REPLACE and key not in taken:
-                for run_id in busy.pop(key):
-                    conn.execute(q.CANCEL_RUNNING, {"id": run_id, "now": now})
-                nudges.add(CONTROL_CHANNEL)
-                kept.append(row)
-            elif key in busy or key in taken:
-                if overlap is Overlap.SKIP:
-                    skipped.append(row[0])
-                # QUEUE (or a second REPLACE in one batch): it waits for the next claim.
-            else:
-                kept.append(row)
-            if key is not None:
-                taken.add(key)
+        kept, skipped_rows, cancel = overlap_decisions(rows, busy, lambda r: (r[8], r[9]))
+        skipped = [row[0] for row in skipped_rows]
+        for run_id in cancel:
+            conn.execute(q.CANCEL_RUNNING, {"id": run_id, "now": now})
+        if cancel:
+            nudges.add(CONTROL_CHANNEL)
         if skipped:
             conn.executemany(q.SKIP_RUN, [{"id": run_id, "now": now} for run_id in skipped])
             self._jobs_runs_ended(conn, skipped, now, nudges)
@@ -477,13 +461,13 @@ class SQLiteStore:
         )
         if row is None:
             raise RunNotFoundError(f"no run has id {run_id}")
-        return _run(row)
+        return run_from_row(row)
 
     async def get_runs(self, run_ids: Sequence[int]) -> list[Run]:
         """Several runs by id."""
         ids = json.dumps(list(run_ids))
         rows = await self._call(lambda: self._db.execute(q.GET_RUNS, (ids,)).fetchall())
-        return [_run(row) for row in rows]
+        return [run_from_row(row) for row in rows]
 
     async def list_runs(self, filter: RunFilter) -> list[Run]:
         """Runs matching ``filter``, newest first."""
@@ -507,12 +491,12 @@ class SQLiteStore:
         sql += " ORDER BY r.id DESC LIMIT ?"
         params.append(filter.limit)
         rows = await self._call(lambda: self._db.execute(sql, params).fetchall())
-        return [_run(row) for row in rows]
+        return [run_from_row(row) for row in rows]
 
     async def list_attempts(self, run_id: int) -> list[Attempt]:
         """A run's attempts, oldest first."""
         rows = await self._call(lambda: self._db.execute(q.LIST_ATTEMPTS, (run_id,)).fetchall())
-        return [_attempt(row) for row in rows]
+        return [attempt_from_row(row) for row in rows]
 
     async def count_runs(self) -> dict[RunState, int]:
         """How many runs are in each state."""
@@ -533,9 +517,7 @@ class SQLiteStore:
 
         def put() -> Job:
             with self._write(wake=True) as conn:
-                conn.execute(
-                    sqlite_jobs.UPSERT_JOB, sqlite_jobs.job_params(spec, next_fire_at, now)
-                )
+                conn.execute(sqlite_jobs.UPSERT_JOB, job_params(spec, next_fire_at, now))
                 return sqlite_jobs.get_job(conn, spec.name)
 
         job = await self._call(put)
@@ -549,7 +531,7 @@ class SQLiteStore:
     async def list_jobs(self) -> list[Job]:
         """Every job, by name."""
         rows = await self._call(lambda: self._db.execute(sqlite_jobs.LIST_JOBS).fetchall())
-        return [sqlite_jobs.job_from_row(row) for row in rows]
+        return [job_from_row(row) for row in rows]
 
     async def set_job_paused(
         self, name: str, paused: bool, next_fire_at: float | None, now: float
@@ -592,7 +574,7 @@ class SQLiteStore:
             lambda: self._db.execute(sqlite_jobs.DUE_JOBS, (until, limit)).fetchall(),
             inline="read",
         )
-        return [sqlite_jobs.job_from_row(row) for row in rows]
+        return [job_from_row(row) for row in rows]
 
     async def fire(self, fires: Sequence[Fire], now: float) -> list[bool]:
         """Apply fires in one transaction, each by compare-and-set of its job's next fire."""
@@ -817,54 +799,3 @@ def _attempt_params(outcome: Outcome, now: float) -> dict[str, Any]:
         "traceback": error.traceback if error else None,
         "logs": outcome.logs or None,
     }
-
-
-def _error(type_: str | None, message: str | None, tb: str | None) -> ErrorInfo | None:
-    if type_ is None:
-        return None
-    return ErrorInfo(type=type_, message=message or "", traceback=tb or "")
-
-
-def _run(row: Row) -> Run:
-    return Run(
-        id=row[0],
-        task=row[1],
-        queue=row[2],
-        state=RunState(row[3]),
-        priority=row[4],
-        lane=Lane(row[5]),
-        eta=row[6],
-        attempts=row[7],
-        max_attempts=row[9],
-        timeout=row[10],
-        idempotency_key=row[11],
-        created_at=row[12],
-        updated_at=row[13],
-        finished_at=row[14],
-        lease_owner=row[15],
-        lease_expires=row[16],
-        attempt_id=row[17],
-        target_worker=row[18],
-        route_key=row[19],
-        args=json.loads(row[20]) if row[20] is not None else [],
-        kwargs=json.loads(row[21]) if row[21] is not None else {},
-        result=json.loads(row[22]) if row[22] is not None else None,
-        error=_error(row[23], row[24], row[25]),
-        job_id=row[26],
-        fire_at=row[27],
-    )
-
-
-def _attempt(row: Row) -> Attempt:
-    return Attempt(
-        id=row[0],
-        run_id=row[1],
-        number=row[2],
-        worker_id=row[3],
-        started_at=row[4],
-        finished_at=row[5],
-        outcome=AttemptOutcome(row[6]) if row[6] is not None else None,
-        result=json.loads(row[7]) if row[7] is not None else None,
-        error=_error(row[8], row[9], row[10]),
-        logs=row[11] or "",
-    )

@@ -10,23 +10,18 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from ..errors import JobNotFoundError
-from ..model import Deferred, Fire, Job, JobSpec, Misfire, NewRun, Overlap
+from ..model import Deferred, Fire, Job, NewRun
 from ..states import RunState
 from ..triggers import trigger_from_spec
 from .common import job_run
+from .rows import JOB_COLUMNS, job_from_row
 
-_COLUMNS = """
-    id, name, task, trigger, args, kwargs, queue, priority, max_attempts, timeout, misfire,
-    misfire_grace, misfire_max, overlap, children, calendars, max_fires, source, paused, enabled,
-    next_fire_at, fires, last_fire_at, created_at, updated_at, spec_hash
-"""
-SELECT_JOB = f"SELECT {_COLUMNS} FROM jobs WHERE name = ?"
-LIST_JOBS = f"SELECT {_COLUMNS} FROM jobs ORDER BY name"
+SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ?"
+LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY name"
 DUE_JOBS = f"""
-SELECT {_COLUMNS} FROM jobs
+SELECT {JOB_COLUMNS} FROM jobs
 WHERE next_fire_at IS NOT NULL AND paused = 0 AND enabled = 1 AND next_fire_at <= ?
 ORDER BY next_fire_at LIMIT ?
 """
@@ -76,76 +71,13 @@ WHERE id = :id AND after_seconds IS NOT NULL AND next_fire_at IS NULL AND enable
 SET_NEXT_FIRE = "UPDATE jobs SET next_fire_at = :next, updated_at = :now WHERE id = :id"
 CHILDREN = "SELECT children FROM jobs WHERE id = ?"
 CHILD_JOBS = f"""
-SELECT {_COLUMNS} FROM jobs WHERE name IN (SELECT value FROM json_each(?)) AND enabled = 1
+SELECT {JOB_COLUMNS} FROM jobs WHERE name IN (SELECT value FROM json_each(?)) AND enabled = 1
 """
 PUT_DAY = "INSERT OR IGNORE INTO calendars (name, day) VALUES (?, ?)"
 CLEAR_CALENDAR = "DELETE FROM calendars WHERE name = ?"
 CALENDARS = "SELECT name, day FROM calendars ORDER BY name, day"
 
 InsertRuns = Callable[[sqlite3.Connection, Sequence[NewRun], float], list[Deferred]]
-
-
-def job_params(spec: JobSpec, next_fire_at: float | None, now: float) -> dict[str, Any]:
-    """The named parameters of :data:`UPSERT_JOB`."""
-    return {
-        "name": spec.name,
-        "task": spec.task,
-        "trigger": json.dumps(spec.trigger, sort_keys=True),
-        "after_seconds": spec.after_seconds,
-        "args": spec.args_json,
-        "kwargs": spec.kwargs_json,
-        "queue": spec.queue,
-        "priority": spec.priority,
-        "max_attempts": spec.max_attempts,
-        "timeout": spec.timeout,
-        "misfire": spec.misfire.value,
-        "misfire_grace": spec.misfire_grace,
-        "misfire_max": spec.misfire_max,
-        "overlap": spec.overlap.value,
-        "children": json.dumps(list(spec.children)),
-        "calendars": json.dumps(list(spec.calendars)),
-        "max_fires": spec.max_fires,
-        "source": spec.source,
-        "spec_hash": spec.spec_hash(),
-        "paused": int(spec.paused),
-        "next_fire_at": next_fire_at,
-        "now": now,
-    }
-
-
-def job_from_row(row: tuple[Any, ...]) -> Job:
-    """A :class:`Job` from a row of ``_COLUMNS``."""
-    spec = JobSpec(
-        name=row[1],
-        task=row[2],
-        trigger=json.loads(row[3]),
-        args_json=row[4],
-        kwargs_json=row[5],
-        queue=row[6],
-        priority=row[7],
-        max_attempts=row[8],
-        timeout=row[9],
-        misfire=Misfire(row[10]),
-        misfire_grace=row[11],
-        misfire_max=row[12],
-        overlap=Overlap(row[13]),
-        children=tuple(json.loads(row[14])),
-        calendars=tuple(json.loads(row[15])),
-        max_fires=row[16],
-        source=row[17],
-        paused=bool(row[18]),
-    )
-    return Job(
-        id=row[0],
-        spec=spec,
-        enabled=bool(row[19]),
-        next_fire_at=row[20],
-        fires=row[21],
-        last_fire_at=row[22],
-        created_at=row[23],
-        updated_at=row[24],
-        digest=row[25],
-    )
 
 
 def get_job(conn: sqlite3.Connection, name: str) -> Job:

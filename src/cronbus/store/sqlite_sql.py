@@ -3,18 +3,7 @@
 from __future__ import annotations
 
 from ..states import ACTIVE, RunEvent, sources, sql_in, sql_match
-
-_RUN_COLUMNS = """
-    r.id, r.task, r.queue, r.state, r.priority, r.lane, r.eta, r.attempts, r.used,
-    r.max_attempts, r.timeout, r.idempotency_key, r.created_at, r.updated_at, r.finished_at,
-    r.lease_owner, r.lease_expires, r.attempt_id, r.target_worker, r.route_key,
-    p.args, p.kwargs, a.result, a.error_type, a.error_message, a.traceback, r.job_id, r.fire_at
-"""
-_RUN_FROM = """
-    FROM runs r
-    LEFT JOIN run_payloads p ON p.run_id = r.id
-    LEFT JOIN attempts a ON a.id = r.attempt_id
-"""
+from .rows import RUN_COLUMNS, RUN_FROM
 
 INSERT_RUN = """
 INSERT INTO runs (task, queue, state, priority, lane, eta, max_attempts, timeout,
@@ -122,9 +111,9 @@ WHERE state = 'dead'
 RETURNING id
 """
 
-GET_RUN = f"SELECT {_RUN_COLUMNS} {_RUN_FROM} WHERE r.id = ?"
-GET_RUNS = f"SELECT {_RUN_COLUMNS} {_RUN_FROM} WHERE r.id IN (SELECT value FROM json_each(?))"
-LIST_RUNS = f"SELECT {_RUN_COLUMNS} {_RUN_FROM}"
+GET_RUN = f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id = ?"
+GET_RUNS = f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id IN (SELECT value FROM json_each(?))"
+LIST_RUNS = f"SELECT {RUN_COLUMNS} {RUN_FROM}"
 LIST_ATTEMPTS = """
 SELECT id, run_id, number, worker_id, started_at, finished_at, outcome, result, error_type,
        error_message, traceback, logs

@@ -1,0 +1,160 @@
+"""Rows and records: the column lists and converters shared by the SQL stores.
+
+Both stores select the same columns in the same order, so one mapping serves them, and a
+column added to one store's queries is added to the other's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..model import (
+    Attempt,
+    ErrorInfo,
+    Job,
+    JobSpec,
+    Lane,
+    Misfire,
+    Overlap,
+    Run,
+)
+from ..states import AttemptOutcome, RunState
+
+Row = tuple[Any, ...]
+
+RUN_COLUMNS = """
+    r.id, r.task, r.queue, r.state, r.priority, r.lane, r.eta, r.attempts, r.used,
+    r.max_attempts, r.timeout, r.idempotency_key, r.created_at, r.updated_at, r.finished_at,
+    r.lease_owner, r.lease_expires, r.attempt_id, r.target_worker, r.route_key,
+    p.args, p.kwargs, a.result, a.error_type, a.error_message, a.traceback, r.job_id, r.fire_at
+"""
+RUN_FROM = """
+    FROM runs r
+    LEFT JOIN run_payloads p ON p.run_id = r.id
+    LEFT JOIN attempts a ON a.id = r.attempt_id
+"""
+
+JOB_COLUMNS = """
+    id, name, task, trigger, args, kwargs, queue, priority, max_attempts, timeout, misfire,
+    misfire_grace, misfire_max, overlap, children, calendars, max_fires, source, paused, enabled,
+    next_fire_at, fires, last_fire_at, created_at, updated_at, spec_hash
+"""
+
+
+def job_params(spec: JobSpec, next_fire_at: float | None, now: float) -> dict[str, Any]:
+    """The named parameters of :data:`UPSERT_JOB`."""
+    return {
+        "name": spec.name,
+        "task": spec.task,
+        "trigger": json.dumps(spec.trigger, sort_keys=True),
+        "after_seconds": spec.after_seconds,
+        "args": spec.args_json,
+        "kwargs": spec.kwargs_json,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "max_attempts": spec.max_attempts,
+        "timeout": spec.timeout,
+        "misfire": spec.misfire.value,
+        "misfire_grace": spec.misfire_grace,
+        "misfire_max": spec.misfire_max,
+        "overlap": spec.overlap.value,
+        "children": json.dumps(list(spec.children)),
+        "calendars": json.dumps(list(spec.calendars)),
+        "max_fires": spec.max_fires,
+        "source": spec.source,
+        "spec_hash": spec.spec_hash(),
+        "paused": int(spec.paused),
+        "next_fire_at": next_fire_at,
+        "now": now,
+    }
+
+
+def job_from_row(row: tuple[Any, ...]) -> Job:
+    """A :class:`Job` from a row of ``_COLUMNS``."""
+    spec = JobSpec(
+        name=row[1],
+        task=row[2],
+        trigger=json.loads(row[3]),
+        args_json=row[4],
+        kwargs_json=row[5],
+        queue=row[6],
+        priority=row[7],
+        max_attempts=row[8],
+        timeout=row[9],
+        misfire=Misfire(row[10]),
+        misfire_grace=row[11],
+        misfire_max=row[12],
+        overlap=Overlap(row[13]),
+        children=tuple(json.loads(row[14])),
+        calendars=tuple(json.loads(row[15])),
+        max_fires=row[16],
+        source=row[17],
+        paused=bool(row[18]),
+    )
+    return Job(
+        id=row[0],
+        spec=spec,
+        enabled=bool(row[19]),
+        next_fire_at=row[20],
+        fires=row[21],
+        last_fire_at=row[22],
+        created_at=row[23],
+        updated_at=row[24],
+        digest=row[25],
+    )
+
+
+def error_from_row(type_: str | None, message: str | None, tb: str | None) -> ErrorInfo | None:
+    """The error of an attempt, if it has one."""
+    if type_ is None:
+        return None
+    return ErrorInfo(type=type_, message=message or "", traceback=tb or "")
+
+
+def run_from_row(row: Row) -> Run:
+    """A :class:`Run` from a row of :data:`RUN_COLUMNS`."""
+    return Run(
+        id=row[0],
+        task=row[1],
+        queue=row[2],
+        state=RunState(row[3]),
+        priority=row[4],
+        lane=Lane(row[5]),
+        eta=row[6],
+        attempts=row[7],
+        max_attempts=row[9],
+        timeout=row[10],
+        idempotency_key=row[11],
+        created_at=row[12],
+        updated_at=row[13],
+        finished_at=row[14],
+        lease_owner=row[15],
+        lease_expires=row[16],
+        attempt_id=row[17],
+        target_worker=row[18],
+        route_key=row[19],
+        args=json.loads(row[20]) if row[20] is not None else [],
+        kwargs=json.loads(row[21]) if row[21] is not None else {},
+        result=json.loads(row[22]) if row[22] is not None else None,
+        error=error_from_row(row[23], row[24], row[25]),
+        job_id=row[26],
+        fire_at=row[27],
+    )
+
+
+def attempt_from_row(row: Row) -> Attempt:
+    """An :class:`Attempt` from a row of ``id, run_id, number, worker_id, started_at,
+    finished_at, outcome, result, error_type, error_message, traceback, logs``."""
+    return Attempt(
+        id=row[0],
+        run_id=row[1],
+        number=row[2],
+        worker_id=row[3],
+        started_at=row[4],
+        finished_at=row[5],
+        outcome=AttemptOutcome(row[6]) if row[6] is not None else None,
+        result=json.loads(row[7]) if row[7] is not None else None,
+        error=error_from_row(row[8], row[9], row[10]),
+        logs=row[11] or "",
+    )

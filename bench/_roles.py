@@ -36,7 +36,7 @@ from _common import worker_env
 from _worker import _die_with_parent
 from cronbus import App
 from cronbus.runner import Roles
-from cronbus.scheduler import Scheduler
+from cronbus.scheduler import DEFAULT_LOOKAHEAD, Scheduler
 from cronbus.worker.engine import Worker
 
 ROLES_SCRIPT = Path(__file__).resolve()
@@ -125,7 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--queues", default="default", help="the worker's queues (comma list)")
     parser.add_argument("--concurrency", type=int, default=16, help="the worker's concurrency")
     parser.add_argument(
-        "--lookahead", type=float, default=1.0, help="the scheduler's look-ahead, s (default 1)"
+        "--lookahead",
+        type=float,
+        default=DEFAULT_LOOKAHEAD,
+        help=f"the scheduler's look-ahead, s (default {DEFAULT_LOOKAHEAD}, the scheduler's own)",
     )
     parser.add_argument(
         "--batch", type=int, default=500, help="jobs per scheduler pass (default 500)"
@@ -163,7 +166,7 @@ class RoleProcess:
         *,
         queues: str = "default",
         concurrency: int = 16,
-        lookahead: float = 1.0,
+        lookahead: float = DEFAULT_LOOKAHEAD,
         batch: int = 500,
         sync: bool = False,
         ready_timeout: float = 120.0,

@@ -60,7 +60,7 @@ from _common import (
 from _roles import RoleProcess
 from cronbus.model import Run, RunFilter
 from cronbus.runner import Roles
-from cronbus.scheduler import Scheduler
+from cronbus.scheduler import DEFAULT_LOOKAHEAD, Scheduler
 from cronbus.states import RunState
 from cronbus.task import Task
 from cronbus.worker.engine import Worker
@@ -276,7 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency", type=int, default=64, help="the worker's concurrency (default 64)"
     )
     parser.add_argument(
-        "--lookahead", type=float, default=1.0, help="the scheduler's look-ahead, s (default 1)"
+        "--lookahead",
+        type=float,
+        default=DEFAULT_LOOKAHEAD,
+        help=f"the scheduler's look-ahead, s (default {DEFAULT_LOOKAHEAD}, the scheduler's own)",
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the delays")
     return parser

@@ -80,8 +80,9 @@ from _roles import ReadyScheduler, RoleProcess
 from cronbus import App
 from cronbus.jobs import JobOptions, build_spec
 from cronbus.model import JobSpec
-from cronbus.scheduler import Scheduler
+from cronbus.scheduler import DEFAULT_LOOKAHEAD, Scheduler
 from cronbus.store import sqlite_jobs
+from cronbus.store.rows import job_params
 from cronbus.triggers import trigger_from_spec
 
 BENCH = "scale"
@@ -175,7 +176,7 @@ async def bulk_load(url: str, specs: Sequence[JobSpec], now: float) -> str:
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(
                 sqlite_jobs.UPSERT_JOB,
-                (sqlite_jobs.job_params(s, f, now) for s, f in zip(specs, fires, strict=True)),
+                (job_params(s, f, now) for s, f in zip(specs, fires, strict=True)),
             )
             conn.execute("COMMIT")
         return "one SQLite transaction"
@@ -596,7 +597,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--fire-warmup", type=float, default=2.0, help="seconds before counting (default 2)"
     )
     parser.add_argument(
-        "--lookahead", type=float, default=1.0, help="the scheduler's look-ahead, s (default 1)"
+        "--lookahead",
+        type=float,
+        default=DEFAULT_LOOKAHEAD,
+        help=f"the scheduler's look-ahead, s (default {DEFAULT_LOOKAHEAD}, the scheduler's own)",
     )
     parser.add_argument(
         "--batch", type=int, default=500, help="jobs per scheduler pass (default 500)"

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from .app import App
 
 log = logging.getLogger("cronbus.scheduler")
+DEFAULT_LOOKAHEAD = 0.5
+"""Seconds before its fire time that a fire's run is created (see the module docstring)."""
 _RETRY_SECONDS = 0.5
 _CALENDARS_SECONDS = 5.0
 
@@ -38,7 +40,7 @@ class Scheduler:
         self,
         app: App,
         *,
-        lookahead: float = 0.5,
+        lookahead: float = DEFAULT_LOOKAHEAD,
         batch: int = 500,
         poll_seconds: float | None = None,
         sync: bool = True,

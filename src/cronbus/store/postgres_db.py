@@ -1,0 +1,195 @@
+"""The PostgreSQL connections of a store: its pool, transactions and migrations.
+
+A write is one *pipelined* transaction: statements queue up and travel with the next read or
+with the commit. Its wake-ups go as a NOTIFY inside it, which the server delivers at the commit;
+this process's own listeners are woken directly after the commit (and ignore their own NOTIFY,
+which carries the store's token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection, sql
+from psycopg.abc import Params, QueryNoTemplate
+from psycopg_pool import AsyncConnectionPool
+
+from ..errors import StoreError
+from . import migrations
+from . import postgres_sql as q
+from .postgres_listen import LocalHub, channel_name
+from .postgres_tx import Conn, Row, Tx, describe, rollback, stopped
+from .postgres_url import PostgresOptions, session_conninfo
+
+NOT_OPEN = "the store is not open; use `async with app:` or `with app:`"
+
+
+class Database:
+    """The connection pool of one store, on one schema, as the store uses it."""
+
+    def __init__(self, options: PostgresOptions, *, hub: LocalHub, token: str) -> None:
+        self.options = options
+        self.conninfo = session_conninfo(options)
+        self.where = options.where
+        self.hub = hub
+        self.token = token
+        self._wait = options.statement_timeout or 30.0
+        self._pool: AsyncConnectionPool[Conn] | None = None
+        self._checking: asyncio.Task[None] | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """True between :meth:`open` and :meth:`close`."""
+        return self._pool is not None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Apply pending migrations (under an advisory lock), then open the connection pool."""
+        await self._migrate()
+        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            self.conninfo,
+            min_size=self.options.pool_min,
+            max_size=self.options.pool_max,
+            kwargs={"autocommit": True},
+            open=False,
+            timeout=self._wait,
+            name="cronbus",
+        )
+        try:
+            await pool.open(wait=True, timeout=self._wait)
+        except psycopg.Error as exc:
+            await pool.close()
+            raise StoreError(f"cannot connect to PostgreSQL store {self.where}: {exc}") from exc
+        self._pool = pool
+
+    async def close(self) -> None:
+        """Stop checking the pool and close it."""
+        if self._checking is not None:
+            self._checking.cancel()
+            await stopped(self._checking)
+            self._checking = None
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            # Its worker tasks may have been cancelled by a shutdown that cancels every task.
+            await stopped(pool.close())
+
+    async def _migrate(self) -> None:
+        try:
+            conn = await AsyncConnection.connect(self.conninfo, autocommit=True)
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot connect to PostgreSQL store {self.where}: {describe(exc)}"
+            ) from exc
+        schema = self.options.schema
+        try:
+            async with conn, conn.transaction():
+                await conn.execute(q.MIGRATION_LOCK, (_lock_key(schema),))
+                await conn.execute(sql.SQL(q.CREATE_SCHEMA).format(sql.Identifier(schema)))
+                await conn.execute(q.CREATE_MIGRATIONS)
+                row = await (await conn.execute(q.SCHEMA_VERSION)).fetchone()
+                current = int(row[0]) if row else 0
+                for migration in _pending(migrations.load("postgres"), current):
+                    await conn.execute(migration.sql)
+                    await conn.execute(q.RECORD_MIGRATION, (migration.version, migration.name))
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"PostgreSQL store {self.where}: migrating the schema failed: {describe(exc)}"
+            ) from exc
+
+    # -- connections and transactions ----------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Conn]:
+        """A pooled connection; database errors come out as :class:`StoreError`."""
+        if self._pool is None:
+            raise StoreError(NOT_OPEN)
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self.check_pool()
+            raise StoreError(f"PostgreSQL store {self.where}: {describe(exc)}") from exc
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, *, durable: bool = True) -> AsyncIterator[Tx]:
+        """A pipelined transaction; its wake-ups are sent with the commit, and after it here.
+
+        ``durable`` transactions (defers, fires, commands: users are told they happened) wait
+        for the server's disk at commit; the others (claims, completions, reaping) do not: a
+        server crash may lose the last moment of them, which only repeats an attempt, as
+        at-least-once execution allows (the SQLite store relaxes the same ones). Those also
+        keep their statements' generic plans: their array parameters make the planner plan
+        every call anew (a millisecond for a claim) for the same index scans.
+        """
+        async with self.connection() as conn:
+            tx = Tx(conn)
+            try:
+                async with conn.pipeline():
+                    await conn.execute(q.BEGIN)
+                    if not durable:
+                        await conn.execute(q.RELAXED)
+                    yield tx
+                    if tx.nudges:
+                        await conn.execute(q.NOTIFY, self.notify_params(tx.nudges))
+                    await conn.execute(q.COMMIT)
+            except Exception:
+                await rollback(conn)
+                raise
+        self.hub.wake_local(tx.nudges)
+
+    async def rows(self, query: QueryNoTemplate, params: Params | None = None) -> list[Row]:
+        """One statement on its own (autocommit: one round trip)."""
+        async with self.connection() as conn:
+            return await (await conn.execute(query, params)).fetchall()
+
+    async def one(self, query: QueryNoTemplate, params: Params | None = None) -> Row | None:
+        """The first row of one statement on its own, if any."""
+        rows = await self.rows(query, params)
+        return rows[0] if rows else None
+
+    async def execute(self, query: QueryNoTemplate, params: Params | None = None) -> int:
+        """One statement without rows; returns how many rows it changed."""
+        async with self.connection() as conn:
+            return (await conn.execute(query, params)).rowcount
+
+    def check_pool(self) -> None:
+        """After a connection error, test the idle connections (a restarted server broke all
+        of them) so the next calls get working ones instead of failing one by one."""
+        if self._pool is None or (self._checking is not None and not self._checking.done()):
+            return
+
+        async def check(pool: AsyncConnectionPool[Conn]) -> None:
+            with contextlib.suppress(Exception):
+                await pool.check()
+
+        self._checking = asyncio.get_running_loop().create_task(check(self._pool))
+
+    # -- wake-ups ------------------------------------------------------------------------------
+    def channel_name(self, channel: str) -> str:
+        """The NOTIFY channel of a wake-up channel in this store's schema."""
+        return channel_name(self.options.schema, channel)
+
+    def notify_params(self, channels: Iterable[str]) -> dict[str, Any]:
+        """``NOTIFY``'s parameters: the channels, and this store's token as the payload."""
+        names = sorted({self.channel_name(channel) for channel in channels})
+        return {"token": self.token, "channels": names}
+
+
+def _pending(known: Sequence[migrations.Migration], current: int) -> list[migrations.Migration]:
+    if known and current > known[-1].version:
+        raise StoreError(
+            f"the store's schema is version {current}, newer than this cronbus knows "
+            f"({known[-1].version}); upgrade cronbus"
+        )
+    return [migration for migration in known if migration.version > current]
+
+
+def _lock_key(schema: str) -> int:
+    """The advisory lock that serialises migrations of one schema."""
+    digest = hashlib.blake2b(f"cronbus-migrations:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)

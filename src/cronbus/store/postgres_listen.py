@@ -1,0 +1,186 @@
+"""Wake-ups between processes on PostgreSQL: LISTEN/NOTIFY on channels named after the schema.
+
+The NOTIFY goes inside the transaction that made the work (see :mod:`.postgres_db`); here is the
+other end: one listening connection per store, outside the pool, that reconnects with backoff by
+itself and feeds this process's listeners.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable, Iterable
+
+import psycopg
+from psycopg import AsyncConnection, sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from .postgres_tx import Conn, describe, stopped
+from .wake import WakeHub
+
+log = logging.getLogger("cronbus.store")
+_BACKOFF_FIRST = 0.1
+_BACKOFF_MAX = 5.0
+_SUBSCRIBE_SECONDS = 10.0
+# Notice a silently dead server (no FIN, no RST) within about half a minute.
+_KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+
+
+def channel_name(schema: str, channel: str) -> str:
+    """The NOTIFY channel of a wake-up channel in ``schema`` (``cronbus_runs`` by default).
+
+    PostgreSQL truncates longer identifiers, so names over 63 bytes are replaced by a digest.
+    """
+    name = f"{schema}_{channel}"
+    if len(name.encode()) <= 63:
+        return name
+    return "cronbus_" + hashlib.blake2b(name.encode(), digest_size=16).hexdigest()
+
+
+def listening_conninfo(conninfo: str) -> str:
+    """``conninfo`` with TCP keepalives, unless it sets its own."""
+    params = conninfo_to_dict(conninfo)
+    return make_conninfo(conninfo, **{k: v for k, v in _KEEPALIVES.items() if k not in params})
+
+
+class LocalHub(WakeHub):
+    """The in-process half of :class:`~cronbus.store.wake.WakeHub`: PostgreSQL carries the
+    wake-ups between processes, so no socket is bound."""
+
+    def _bind(self) -> None:
+        return None
+
+
+class Listening:
+    """A store's one LISTEN connection (not from the pool), feeding this process's listeners.
+
+    A supervising task connects, LISTENs on every channel a local listener wants and reads the
+    notifications. When the connection breaks (a server restart, a network cut) it reconnects
+    with backoff and then wakes every listener, since what was sent meanwhile is lost. psycopg
+    holds the connection while it waits for notifications, so a new channel interrupts the
+    reading to run its LISTEN.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        names: Callable[[str], str],
+        wake: Callable[[Iterable[str]], None],
+        token: str,
+        lost: Callable[[], None],
+    ) -> None:
+        self._conninfo = conninfo
+        self._names = names
+        self._wake = wake
+        self._token = token
+        self._lost = lost
+        self._wanted: set[str] = set()
+        self._listening: set[str] = set()
+        self._by_name: dict[str, str] = {}
+        self._changed = asyncio.Event()
+        self._subscribed = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def subscribe(self, channels: Iterable[str]) -> None:
+        """LISTEN on ``channels``; returns once the server has them (or after a while: polling
+        covers the time until the connection is back)."""
+        wanted = set(channels)
+        if wanted <= self._listening:
+            return
+        self._wanted |= wanted
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._supervise(), name="cronbus-listen"
+            )
+        self._changed.set()
+        try:
+            async with asyncio.timeout(_SUBSCRIBE_SECONDS), self._subscribed:
+                await self._subscribed.wait_for(lambda: self._closed or wanted <= self._listening)
+        except TimeoutError:
+            log.warning(
+                "not listening on %s yet; wake-ups fall back to polling until reconnected",
+                ", ".join(sorted(wanted)),
+            )
+
+    async def close(self) -> None:
+        """Stop the supervising task and close the connection."""
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            await stopped(self._task)
+            self._task = None
+        async with self._subscribed:
+            self._subscribed.notify_all()
+
+    async def _supervise(self) -> None:
+        delay, broken = _BACKOFF_FIRST, False
+        while True:
+            connected = False
+            try:
+                async with await AsyncConnection.connect(self._conninfo, autocommit=True) as conn:
+                    connected = True
+                    await self._listen(conn)
+                    delay = _BACKOFF_FIRST
+                    if broken:
+                        log.warning("listening again", extra={"action": "store.listen"})
+                        # Notifications sent while disconnected are lost: look for work now.
+                        self._wake(self._wanted)
+                    await self._serve(conn)
+            except psycopg.Error as exc:
+                what = "listening connection lost" if connected else "cannot connect to listen"
+                log.warning(
+                    "%s (%s); retrying in %.1fs",
+                    what,
+                    describe(exc),
+                    delay,
+                    extra={"action": "store.listen"},
+                )
+                if connected:
+                    self._lost()
+            except Exception:
+                # Whatever it was, wake-ups must come back: polling alone is only the safety net.
+                log.exception("listening failed; retrying in %.1fs", delay)
+            finally:
+                self._listening = set()
+            broken = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _BACKOFF_MAX)
+
+    async def _listen(self, conn: Conn) -> None:
+        for channel in sorted(self._wanted - self._listening):
+            name = self._names(channel)
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(name)))
+            self._by_name[name] = channel
+            self._listening.add(channel)
+        async with self._subscribed:
+            self._subscribed.notify_all()
+
+    async def _serve(self, conn: Conn) -> None:
+        """Read notifications; stop reading to LISTEN when new channels are wanted."""
+        while True:
+            self._changed.clear()
+            await self._listen(conn)
+            reader = asyncio.create_task(self._read(conn))
+            changed = asyncio.create_task(self._changed.wait())
+            try:
+                await asyncio.wait((reader, changed), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (reader, changed):
+                    task.cancel()
+                await asyncio.gather(reader, changed, return_exceptions=True)
+            if not reader.cancelled() and (error := reader.exception()) is not None:
+                raise error
+
+    async def _read(self, conn: Conn) -> None:
+        async for note in conn.notifies():
+            channel = self._by_name.get(note.channel)
+            if channel is not None and note.payload != self._token:
+                self._wake((channel,))

@@ -1,0 +1,244 @@
+"""Pure builders of the PostgreSQL store's parameters and readers of its rows.
+
+Batches travel as one array per column (``unnest`` on the server), so a statement costs the
+same round trip for one row or a thousand; nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from ..model import ClaimedRun, NewRun, Outcome, WorkerInfo, WorkerState
+from ..states import ACTIVE, AttemptOutcome, RunEvent, RunState, transition
+from .common import finish
+from .postgres_tx import Row
+
+
+# -- claims and completions ------------------------------------------------------------------------
+class Pick(NamedTuple):
+    """A candidate run of ``PICK``, locked by the claiming transaction."""
+
+    id: int
+    attempts: int
+    used: int
+    task: str
+    queue: str
+    max_attempts: int
+    timeout: float | None
+    eta: float
+    concurrency_key: str | None
+    overlap: str | None
+    job_id: int | None
+    args: str | None
+    kwargs: str | None
+
+
+def claimed_runs(picks: Sequence[Pick], started: Sequence[Row]) -> list[ClaimedRun]:
+    """The picks that ``START`` gave an attempt (its rows: run id, attempt id), as claims."""
+    attempt_ids: dict[int, int] = dict(started)
+    return [
+        ClaimedRun(
+            run_id=pick.id,
+            attempt_id=attempt_ids[pick.id],
+            attempt=pick.used + 1,
+            task=pick.task,
+            queue=pick.queue,
+            args_json=pick.args if pick.args is not None else "[]",
+            kwargs_json=pick.kwargs if pick.kwargs is not None else "{}",
+            max_attempts=pick.max_attempts,
+            timeout=pick.timeout,
+            eta=pick.eta,
+        )
+        for pick in picks
+        if pick.id in attempt_ids
+    ]
+
+
+def first_per_run(outcomes: Sequence[Outcome]) -> list[Outcome]:
+    """Only the first outcome of a run in a batch may complete it (as in the SQLite store)."""
+    seen: set[int] = set()
+    first = []
+    for outcome in outcomes:
+        if outcome.run_id not in seen:
+            seen.add(outcome.run_id)
+            first.append(outcome)
+    return first
+
+
+def fenced(outcomes: Sequence[Outcome], ended: Sequence[Row]) -> list[bool]:
+    """Which outcomes were recorded: those whose attempt the run still held."""
+    held = {(row[0], row[1]) for row in ended}
+    seen: set[int] = set()
+    done = []
+    for outcome in outcomes:
+        done.append(outcome.run_id not in seen and (outcome.run_id, outcome.attempt_id) in held)
+        seen.add(outcome.run_id)
+    return done
+
+
+def _changes(outcomes: Sequence[Outcome], now: float) -> list[Row]:
+    """``COMPLETE``'s rows: each outcome's change of its run from each active state.
+
+    :func:`~cronbus.store.common.finish` keeps a run's eta, caps it (a lost attempt is due now
+    at the latest) or replaces it (a retry): a clamp of the current eta, whose bounds are what
+    it gives for -inf and +inf. So the database applies it without the run being read first.
+    Outcomes alike (a batch of successes) share one computation.
+    """
+    known: dict[tuple[AttemptOutcome, bool, float | None], list[Row]] = {}
+    rows: list[Row] = []
+    for outcome in outcomes:
+        key = (outcome.outcome, outcome.counts, outcome.retry_at)
+        if key not in known:
+            known[key] = [_change(source, outcome, now) for source in sorted(ACTIVE)]
+        rows.extend((outcome.run_id, outcome.attempt_id, *change) for change in known[key])
+    return rows
+
+
+def _change(source: RunState, outcome: Outcome, now: float) -> Row:
+    low = finish(source, outcome, -math.inf, now)
+    high = finish(source, outcome, math.inf, now)
+    return (
+        source.value,
+        low.state.value,
+        low.eta,
+        high.eta,
+        int(low.lane),
+        low.used,
+        low.lost,
+        low.finished_at,
+    )
+
+
+def attempt_row(outcome: Outcome) -> Row:
+    """An ended attempt, in the order of ``_ATTEMPT_COLUMNS``."""
+    error = outcome.error
+    return (
+        outcome.attempt_id,
+        outcome.outcome.value,
+        outcome.result_json,
+        error.type if error else None,
+        error.message if error else None,
+        error.traceback if error else None,
+        outcome.logs or None,
+    )
+
+
+_CHANGE_COLUMNS = (
+    "run_id",
+    "attempt_id",
+    "source",
+    "state",
+    "eta_low",
+    "eta_high",
+    "lane",
+    "used",
+    "lost",
+    "finished_at",
+)
+_ATTEMPT_COLUMNS = (
+    "a_id",
+    "a_outcome",
+    "a_result",
+    "a_error_type",
+    "a_error_message",
+    "a_traceback",
+    "a_logs",
+)
+_RUN_COLUMNS = (
+    "task",
+    "queue",
+    "state",
+    "priority",
+    "eta",
+    "max_attempts",
+    "timeout",
+    "idempotency_key",
+    "target_worker",
+    "route_key",
+    "job_id",
+    "fire_at",
+    "concurrency_key",
+    "overlap",
+    "args",
+    "kwargs",
+)
+
+
+def arrays(names: Sequence[str], rows: Sequence[Row]) -> dict[str, list[Any]]:
+    """Rows as one array per column, for ``unnest``."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(names)
+    return {name: list(column) for name, column in zip(names, columns, strict=True)}
+
+
+def complete_params(outcomes: Sequence[Outcome], now: float) -> dict[str, Any]:
+    """``COMPLETE``'s parameters for ``outcomes``."""
+    attempts = [attempt_row(outcome) for outcome in outcomes]
+    return finish_params(_changes(outcomes, now), attempts, now)
+
+
+def finish_params(changes: Sequence[Row], attempts: Sequence[Row], now: float) -> dict[str, Any]:
+    """``COMPLETE``'s parameters: run changes and attempt rows as arrays."""
+    return {
+        **arrays(_CHANGE_COLUMNS, changes),
+        **arrays(_ATTEMPT_COLUMNS, attempts),
+        "now": now,
+    }
+
+
+def lease_lost(state: RunState, lost: int, max_lost: int) -> tuple[RunState, str]:
+    """What a run whose lease expired becomes, and the reason recorded on its attempt."""
+    new = transition(state, RunEvent.LOSE)
+    message = "the worker holding the lease stopped renewing it"
+    if new is RunState.QUEUED and lost + 1 >= max_lost:
+        new = RunState.DEAD
+        message += f"; lost {lost + 1} times, so the run is dead"
+    return new, message
+
+
+def run_params(runs: Sequence[NewRun], now: float) -> dict[str, Any]:
+    """``INSERT_RUNS``' (and ``INSERT_KEYED_RUNS``') parameters for new runs."""
+    rows = [
+        (
+            run.task,
+            run.queue,
+            (RunState.QUEUED if run.eta <= now else RunState.SCHEDULED).value,
+            run.priority,
+            run.eta,
+            run.max_attempts,
+            run.timeout,
+            run.idempotency_key,
+            run.target_worker,
+            run.route_key,
+            run.job_id,
+            run.fire_at,
+            run.concurrency_key,
+            run.overlap.value,
+            run.args_json,
+            run.kwargs_json,
+        )
+        for run in runs
+    ]
+    return {**arrays(_RUN_COLUMNS, rows), "now": now}
+
+
+# -- workers ---------------------------------------------------------------------------------------
+def worker_from_row(row: Row, silent_since: float) -> WorkerInfo:
+    """A row of ``LIST_WORKERS``; a worker silent since before ``silent_since`` is lost."""
+    state = WorkerState(row[9])
+    if state is not WorkerState.STOPPED and row[8] < silent_since:
+        state = WorkerState.LOST
+    return WorkerInfo(
+        id=row[0],
+        host=row[1],
+        pid=row[2],
+        queues=tuple(row[3]),
+        labels=tuple(row[4]),
+        concurrency=row[5],
+        version=row[6],
+        started_at=row[7],
+        heartbeat_at=row[8],
+        state=state,
+        running=tuple(row[10]),
+    )

@@ -1,0 +1,119 @@
+"""A ``postgresql://`` store URL: libpq's connection string and cronbus's own options.
+
+cronbus's options (``schema``, ``statement_timeout``, ``pool_min``, ``pool_max``) are taken out
+of the query string; everything else is libpq's and passes through untouched.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from ..errors import StoreURLError
+
+DEFAULT_SCHEMA = "cronbus"
+_SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_URL_OPTIONS = ("schema", "statement_timeout", "pool_min", "pool_max")
+_CONNECT_TIMEOUT = 10
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PostgresOptions:
+    """A ``postgresql://`` store URL, split into libpq's connection string and cronbus's options.
+
+    ``statement_timeout`` (seconds, 0 for none) also bounds how long a transaction may sit idle,
+    so a stalled process cannot hold claimed rows locked.
+    """
+
+    conninfo: str
+    schema: str = DEFAULT_SCHEMA
+    statement_timeout: float = 30.0
+    pool_min: int = 1
+    pool_max: int = 10
+
+    @property
+    def where(self) -> str:
+        """Host, database and schema, for messages (never the password)."""
+        params = conninfo_to_dict(self.conninfo)
+        host = params.get("host") or "localhost"
+        port = params.get("port") or 5432
+        return f"{host}:{port}/{params.get('dbname') or '?'} (schema {self.schema})"
+
+
+def parse_url(url: str) -> PostgresOptions:
+    """Read a ``postgresql://`` (or ``postgres://``) store URL; libpq's options pass through."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise StoreURLError(f"store URL {url!r} is not a postgresql://user@host/db URL")
+    ours: dict[str, str] = {}
+    theirs: list[tuple[str, str]] = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in _URL_OPTIONS:
+            ours[key] = value
+        else:
+            theirs.append((key, value))
+    conninfo = urlunsplit(parts._replace(query=urlencode(theirs)))
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.Error as exc:
+        raise StoreURLError(f"store URL {url!r}: {str(exc).strip()}") from None
+    schema = ours.get("schema", DEFAULT_SCHEMA)
+    if not _SCHEMA.fullmatch(schema):
+        raise StoreURLError(
+            f"store URL {url!r}: schema={schema!r} must be 1-63 lower-case letters, digits "
+            "or _, not starting with a digit"
+        )
+    pool_min = _url_int(url, ours, "pool_min", 1)
+    pool_max = _url_int(url, ours, "pool_max", max(10, pool_min))
+    if pool_max < pool_min:
+        raise StoreURLError(f"store URL {url!r}: pool_max must be at least pool_min")
+    return PostgresOptions(
+        conninfo=conninfo,
+        schema=schema,
+        statement_timeout=_url_seconds(url, ours, "statement_timeout", 30.0),
+        pool_min=pool_min,
+        pool_max=pool_max,
+    )
+
+
+def _url_seconds(url: str, options: Mapping[str, str], name: str, default: float) -> float:
+    try:
+        value = float(options.get(name, default))
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise StoreURLError(f"store URL {url!r}: {name} must be seconds (0 for none)")
+    return value
+
+
+def _url_int(url: str, options: Mapping[str, str], name: str, default: int) -> int:
+    try:
+        value = int(options.get(name, default))
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise StoreURLError(f"store URL {url!r}: {name} must be a whole number of at least 1")
+    return value
+
+
+def session_conninfo(options: PostgresOptions) -> str:
+    """The connection string with the store's schema and timeouts as session settings."""
+    params = conninfo_to_dict(options.conninfo)
+    settings = [str(params.get("options") or ""), f"-c search_path={options.schema}"]
+    if options.statement_timeout > 0:
+        ms = max(1, round(options.statement_timeout * 1000))
+        settings += [f"-c statement_timeout={ms}", f"-c idle_in_transaction_session_timeout={ms}"]
+    extra: dict[str, Any] = {"options": " ".join(s for s in settings if s)}
+    if not params.get("application_name"):
+        extra["application_name"] = "cronbus"
+    if not params.get("connect_timeout"):
+        # libpq waits for ever on a host that drops packets.
+        extra["connect_timeout"] = _CONNECT_TIMEOUT
+    return make_conninfo(options.conninfo, **extra)

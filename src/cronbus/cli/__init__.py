@@ -15,6 +15,7 @@ from .jobs import jobs
 from .loading import CronbusGroup
 from .roles import scheduler, server, worker
 from .runs import defer, dlq, runs
+from .workers import workers
 
 __all__ = ["cronbus", "main"]
 
@@ -31,7 +32,7 @@ def cronbus() -> None:
     """
 
 
-for command in (server, worker, scheduler, jobs, runs, dlq, defer):
+for command in (server, worker, scheduler, jobs, runs, dlq, defer, workers):
     cronbus.add_command(command)
 
 

@@ -1,0 +1,303 @@
+"""The `cronbus workers` commands: list the registered workers, show one.
+
+A worker's state is what the registry says (``alive``, ``draining`` after SIGTERM, ``stopped``
+once it deregistered), except that a worker silent for longer than a lease is reported ``lost``:
+it was killed, paused or cut off, and its runs are requeued by any other worker's reaper. The
+lease is this command's ``lease_seconds`` (``CRONBUS_LEASE_SECONDS``, or the ``--app``'s
+settings): give it the value the workers use, or a worker may be called lost too late or, with a
+shorter lease than theirs, too early.
+
+Stopped workers are history, not the cluster: ``list`` hides them unless ``--all`` or
+``--state stopped`` asks for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import click
+from rich.console import JustifyMethod
+from rich.table import Table
+from rich.text import Text
+
+from ..app import App
+from ..model import Run, WorkerInfo, WorkerState
+from ..states import ACTIVE
+from . import render
+from .loading import CliError, CronbusGroup, app_options, resolve_app, run_with_app
+
+_STATE_STYLES = {
+    WorkerState.ALIVE: "green",
+    WorkerState.DRAINING: "yellow",
+    WorkerState.LOST: "bold red",
+    WorkerState.STOPPED: "dim",
+}
+_LIST_COLUMNS = (
+    "ID",
+    "HOST",
+    "PID",
+    "STATE",
+    "QUEUES",
+    "LABELS",
+    "CONC",
+    "VERSION",
+    "STARTED (UTC)",
+    "HEARTBEAT",
+    "RUNNING",
+)
+_RUNNING_COLUMNS = ("RUN", "TASK", "QUEUE", "STATE", "ATTEMPT", "LEASE EXPIRES (UTC)")
+_RUNNING_SHOWN = 5
+"""Running attempts named in a row of ``workers list``; ``workers show`` names them all."""
+
+_json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON document instead of a table."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """A worker as read at ``now``, with the runs it holds (those still running, by id)."""
+
+    worker: WorkerInfo
+    runs: Sequence[Run]
+    now: float
+
+
+# -- the commands --------------------------------------------------------------------------------
+@click.group(cls=CronbusGroup)
+def workers() -> None:
+    """List and inspect the workers registered in the store.
+
+    A worker is lost when it has not sent a heartbeat for longer than a lease
+    (CRONBUS_LEASE_SECONDS, default 30: use the workers' value); its runs are then requeued.
+    """
+
+
+def _parse_states(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[WorkerState, ...]:
+    """Read ``--state`` given several times, comma separated, or both."""
+    states: list[WorkerState] = []
+    for value in values:
+        for name in filter(None, (part.strip().lower() for part in value.split(","))):
+            try:
+                states.append(WorkerState(name))
+            except ValueError:
+                known = ", ".join(s.value for s in WorkerState)
+                raise click.BadParameter(f"unknown state {name!r} (use {known})") from None
+    return tuple(dict.fromkeys(states))
+
+
+@workers.command("list")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    callback=_parse_states,
+    help="Only workers in this state (alive, draining, lost, stopped); repeat it or separate "
+    "states with commas.",
+)
+@click.option(
+    "--all", "everyone", is_flag=True, help="Include stopped workers (hidden by default)."
+)
+@app_options()
+@_json_option
+def list_workers(
+    states: tuple[WorkerState, ...],
+    everyone: bool,
+    app_spec: str | None,
+    store_url: str | None,
+    as_json: bool,
+) -> None:
+    """List workers, newest first: state, queues, last heartbeat and the runs they hold.
+
+    Stopped workers (which drained and deregistered) are left out unless --all or
+    --state stopped asks for them.
+    """
+    seen = run_with_app(resolve_app(app_spec, store_url), _read_workers)
+    hidden = sum(1 for s in seen if s.worker.state is WorkerState.STOPPED)
+    if states:
+        seen = [s for s in seen if s.worker.state in states]
+    elif not everyone:
+        seen = [s for s in seen if s.worker.state is not WorkerState.STOPPED]
+    else:
+        hidden = 0
+    if as_json:
+        render.print_json([worker_json(s) for s in seen])
+    elif not seen:
+        note = f" ({hidden} stopped: --all shows them)" if hidden and not states else ""
+        click.echo(f"no workers{note}")
+    else:
+        _print_workers(seen)
+
+
+@workers.command("show")
+@click.argument("worker_id", metavar="ID")
+@app_options()
+@_json_option
+def show_worker(worker_id: str, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+    """Show one worker (stopped ones too) with every run it holds."""
+    seen = run_with_app(resolve_app(app_spec, store_url), _read_workers)
+    found = [s for s in seen if s.worker.id == worker_id]
+    if not found:
+        raise CliError(f"no worker has id {worker_id!r} (see 'cronbus workers list --all')")
+    (one,) = found
+    if as_json:
+        render.print_json(worker_json(one))
+        return
+    out = render.console()
+    out.print(Text.assemble(f"worker {one.worker.id}  ", _state_text(one.worker.state)))
+    out.print(_worker_fields(one))
+    out.print()
+    if one.runs:
+        out.print(_running_table(one.runs))
+    else:
+        out.print("no running attempts")
+
+
+# -- reading -------------------------------------------------------------------------------------
+async def _read_workers(app: App) -> list[Seen]:
+    """Every registered worker, with the runs each holds, read in two store calls."""
+    now = app.clock.now()
+    found = await app.store.list_workers(now, app.settings.lease_seconds)
+    held = [run_id for worker in found for run_id in worker.running]
+    runs = {run.id: run for run in await app.store.get_runs(held)} if held else {}
+    return [Seen(w, _held(w, runs), now) for w in found]
+
+
+def _held(worker: WorkerInfo, runs: dict[int, Run]) -> list[Run]:
+    """The worker's runs that it still holds: one may have ended between the two reads."""
+    return [
+        run
+        for run_id in worker.running
+        if (run := runs.get(run_id)) is not None
+        and run.state in ACTIVE
+        and run.lease_owner == worker.id
+    ]
+
+
+# -- JSON ----------------------------------------------------------------------------------------
+def worker_json(seen: Seen) -> dict[str, Any]:
+    """A worker as a JSON object, with the runs it holds."""
+    worker = seen.worker
+    return {
+        "id": worker.id,
+        "host": worker.host,
+        "pid": worker.pid,
+        "state": worker.state.value,
+        "queues": list(worker.queues),
+        "labels": list(worker.labels),
+        "concurrency": worker.concurrency,
+        "version": worker.version,
+        "started_at": render.iso(worker.started_at),
+        "heartbeat_at": render.iso(worker.heartbeat_at),
+        "heartbeat_age": round(max(0.0, seen.now - worker.heartbeat_at), 3),
+        "running": [_running_json(run) for run in seen.runs],
+    }
+
+
+def _running_json(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "task": run.task,
+        "queue": run.queue,
+        "state": run.state.value,
+        "attempt": run.attempts,
+        "lease_expires": render.iso(run.lease_expires),
+    }
+
+
+# -- tables --------------------------------------------------------------------------------------
+def _print_workers(seen: Sequence[Seen]) -> None:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in _LIST_COLUMNS:
+        table.add_column(
+            name,
+            justify="right" if name in ("PID", "CONC", "HEARTBEAT") else "left",
+            no_wrap=name != "RUNNING",
+            overflow="ellipsis" if name != "RUNNING" else "fold",
+        )
+    for s in seen:
+        worker = s.worker
+        table.add_row(
+            worker.id,
+            worker.host,
+            str(worker.pid),
+            _state_text(worker.state),
+            ",".join(worker.queues),
+            ",".join(worker.labels),
+            str(worker.concurrency),
+            worker.version,
+            render.human_time(worker.started_at),
+            age(s.now - worker.heartbeat_at) + " ago",
+            _running_summary(s.runs),
+        )
+    render.console().print(table)
+
+
+def _running_summary(runs: Sequence[Run]) -> str:
+    named = ", ".join(f"{run.id} {run.task}" for run in runs[:_RUNNING_SHOWN])
+    more = len(runs) - _RUNNING_SHOWN
+    return named + (f", +{more} more" if more > 0 else "")
+
+
+def _worker_fields(seen: Seen) -> Table:
+    worker = seen.worker
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    rows = [
+        ("host", worker.host),
+        ("pid", str(worker.pid)),
+        ("queues", ",".join(worker.queues)),
+        ("labels", ",".join(worker.labels) or "-"),
+        ("concurrency", str(worker.concurrency)),
+        ("version", worker.version),
+        ("started", render.human_time(worker.started_at)),
+        (
+            "heartbeat",
+            f"{render.human_time(worker.heartbeat_at)} ({age(seen.now - worker.heartbeat_at)} ago)",
+        ),
+        ("running", f"{len(seen.runs)} of {worker.concurrency}"),
+    ]
+    for name, value in rows:
+        grid.add_row(name, value)
+    return grid
+
+
+def _running_table(runs: Sequence[Run]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in _RUNNING_COLUMNS:
+        justify: JustifyMethod = "right" if name in ("RUN", "ATTEMPT") else "left"
+        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis")
+    for run in runs:
+        table.add_row(
+            str(run.id),
+            run.task,
+            run.queue,
+            render.state_text(run.state),
+            f"{run.attempts}/{run.max_attempts}",
+            render.human_time(run.lease_expires),
+        )
+    return table
+
+
+def _state_text(state: WorkerState) -> Text:
+    return Text(state.value, style=_STATE_STYLES.get(state, ""))
+
+
+def age(seconds: float) -> str:
+    """A duration for people: ``4s``, ``2m05s``, ``3h02m``, ``2d04h``."""
+    whole = max(0, int(seconds))
+    minutes, secs = divmod(whole, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"

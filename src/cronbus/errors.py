@@ -10,10 +10,14 @@
     ├── UnknownTaskError          no task of that name is registered
     ├── RunNotFoundError          no run has that id
     ├── JobNotFoundError          no job has that name
+    ├── SubscriptionNotFoundError no subscription has that name
+    ├── DeliveryNotFoundError     no delivery has that id
     ├── InvalidTransitionError    a state change the run state machine forbids
     ├── StoreError                the store failed or holds an unexpected schema
+    │   └── SchemaError           the store's schema is not the version this cronbus needs
     ├── RunTimeoutError           ``RunHandle.wait`` gave up before the run ended
-    └── RunFailedError            a run ended without success (raised by ``testing``)
+    ├── RunFailedError            a run ended without success (raised by ``testing``)
+    └── WebhookVerificationError  a received webhook's signature or timestamp is not valid
 
 Tasks may raise :class:`Abort` to fail without retries; it is not a ``CronbusError`` because it
 belongs to user code, not to cronbus.
@@ -53,12 +57,24 @@ class JobNotFoundError(CronbusError, LookupError):
     """No job has that name."""
 
 
+class SubscriptionNotFoundError(CronbusError, LookupError):
+    """No subscription has that name."""
+
+
+class DeliveryNotFoundError(CronbusError, LookupError):
+    """No delivery has that id."""
+
+
 class InvalidTransitionError(CronbusError):
     """The run state machine forbids this change of state."""
 
 
 class StoreError(CronbusError):
     """The store failed or holds a schema this version does not know."""
+
+
+class SchemaError(StoreError):
+    """The store's schema is not the version this cronbus needs; run `cronbus migrate`."""
 
 
 class RunTimeoutError(CronbusError, TimeoutError):
@@ -75,3 +91,7 @@ class Abort(Exception):
 
 class InvalidArgumentError(CronbusError, ValueError):
     """An argument given to cronbus is out of range or of the wrong kind."""
+
+
+class WebhookVerificationError(CronbusError):
+    """The webhook is refused: a header is missing, it is too old, or no signature matches."""

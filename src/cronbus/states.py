@@ -114,7 +114,7 @@ def replay(state: RunState, events: Iterable[RunEvent]) -> RunState:
     return state
 
 
-def sql_match(column: str, states: Iterable[RunState]) -> str:
+def sql_match(column: str, states: Iterable[enum.StrEnum]) -> str:
     """``column = 'x'`` for one state, ``column IN (...)`` for several: SQLite matches a partial
     index on ``state = 'x'`` only when the query says it the same way."""
     chosen = sorted(states)
@@ -123,6 +123,6 @@ def sql_match(column: str, states: Iterable[RunState]) -> str:
     return f"{column} IN {sql_in(chosen)}"
 
 
-def sql_in(states: Iterable[RunState]) -> str:
-    """Render states as an SQL ``IN`` list (the values are enum constants, never user input)."""
+def sql_in(states: Iterable[enum.StrEnum]) -> str:
+    """Render states (of runs or deliveries) as an SQL ``IN`` list (the values are enum constants, never user input)."""
     return "(" + ", ".join(f"'{s.value}'" for s in sorted(states)) + ")"

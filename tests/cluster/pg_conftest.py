@@ -189,6 +189,20 @@ async def sleep_until(deadline: float) -> None:
     await asyncio.sleep(max(0.0, deadline - time.time()))
 
 
+async def worker_id(app: App, proc: Proc) -> str:
+    """The registered id of a worker process."""
+    found: list[str] = []
+
+    async def registered() -> bool:
+        found[:] = [
+            w.id for w in await app.store.list_workers(time.time(), 60) if w.pid == proc.pid
+        ]
+        return bool(found)
+
+    await poll(registered, 30, what=f"{proc.name} registered")
+    return found[0]
+
+
 # -- fixtures ------------------------------------------------------------------------------------
 @pytest.fixture
 async def pg_url(request: pytest.FixtureRequest) -> str:

@@ -22,7 +22,18 @@ from cronbus import App, AttemptOutcome, RunState
 from cronbus.model import Run, RunFilter
 
 from .conftest import wait_exit
-from .pg_conftest import Cluster, Db, Proc, cluster, db, pg_app, pg_url, poll, sleep_until
+from .pg_conftest import (
+    Cluster,
+    Db,
+    Proc,
+    cluster,
+    db,
+    pg_app,
+    pg_url,
+    poll,
+    sleep_until,
+    worker_id,
+)
 
 __all__ = ["cluster", "db", "pg_app", "pg_url"]  # fixtures
 pytestmark = pytest.mark.slow
@@ -110,20 +121,6 @@ async def defer_spread(app: App, over: float) -> dict[int, str]:
         )
         keys.update((handle.id, name) for handle, name in zip(handles, names, strict=True))
     return keys
-
-
-async def worker_id(app: App, proc: Proc) -> str:
-    """The registered id of a worker process."""
-    found: list[str] = []
-
-    async def registered() -> bool:
-        found[:] = [
-            w.id for w in await app.store.list_workers(time.time(), 60) if w.pid == proc.pid
-        ]
-        return bool(found)
-
-    await poll(registered, 30, what=f"{proc.name} registered")
-    return found[0]
 
 
 async def kill_holding(db: Db, victim: Proc, victim_id: str) -> int:

@@ -14,6 +14,10 @@ from typing import Any, TypeVar, overload
 from .clock import Clock, SystemClock
 from .config import Settings
 from .errors import ConfigurationError, CronbusError, UnknownTaskError
+from .events.bus import Events, Subscriptions, event_for, handler_spec
+from .events.event import Event
+from .events.records import SubscriptionSpec
+from .events.targets import Handler
 from .jobs import JobOptions, Jobs, build_spec
 from .model import JobSpec
 from .portal import Portal
@@ -23,6 +27,7 @@ from .task import Isolation, Task
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+H = TypeVar("H", bound=Callable[..., Any])
 log = logging.getLogger("cronbus.app")
 Hook = Callable[["App"], Awaitable[None] | None]
 
@@ -50,6 +55,12 @@ class App:
         self.code_jobs: dict[str, JobSpec] = {}
         self.jobs = Jobs(self)
         """Jobs in the store: ``await app.jobs.add(...)``, ``pause``, ``resume``, ``trigger``..."""
+        self.handlers: dict[str, Handler] = {}
+        self.code_subscriptions: dict[str, SubscriptionSpec] = {}
+        self.events = Events(self)
+        """Topics in the store: ``await app.events.read(topic, after=...)``, retention."""
+        self.subscriptions = Subscriptions(self)
+        """Subscriptions in the store: ``await app.subscriptions.add(...)``, ``pause``..."""
         self._startup: list[Hook] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._portal: Portal | None = None
@@ -212,6 +223,97 @@ class App:
             return task
 
         return register
+
+    # -- events ------------------------------------------------------------------------------
+    def subscribe(
+        self,
+        *,
+        topic: str,
+        name: str | None = None,
+        types: Sequence[str] | None = None,
+        source: str | Sequence[str] | None = None,
+        subject: str | Sequence[str] | None = None,
+        data: Mapping[str, Any] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        start: str = "latest",
+        **policy: Any,
+    ) -> Callable[[H], H]:
+        """Push the matching events of ``topic`` to the decorated function (sync or async),
+        in every dispatcher of this app. It receives an :class:`~cronbus.events.Event`;
+        returning acknowledges, raising fails the push (retried with backoff, then a dead
+        letter). Filters and delivery options are those of ``app.subscriptions.add``."""
+
+        def register(function: H) -> H:
+            if not callable(function):
+                raise ConfigurationError(f"@app.subscribe needs a function, got {function!r}")
+            chosen = name or f"{function.__module__}.{function.__qualname__}"
+            spec = handler_spec(
+                chosen,
+                topic,
+                types=types,
+                source=source,
+                subject=subject,
+                data=data,
+                filter=filter,
+                start=start,
+                policy=policy,
+            )
+            if chosen in self.code_subscriptions:
+                raise ConfigurationError(
+                    f"two subscriptions are named {chosen!r}; give one a name="
+                )
+            self.code_subscriptions[chosen] = spec
+            self.handlers[chosen] = function
+            return function
+
+        return register
+
+    async def publish_async(
+        self,
+        topic: str,
+        type: str,
+        data: Any = None,
+        *,
+        source: str | None = None,
+        subject: str | None = None,
+        id: str | None = None,
+        key: str | None = None,
+        time: Any = None,
+    ) -> Event:
+        """Append one event to ``topic``; returns it (with its offset) once it is durable.
+
+        A repeated ``id`` in the topic is stored once: the stored event's offset is returned.
+        """
+        event = event_for(type, data, source=source, subject=subject, id=id, key=key, time=time)
+        (published,) = await self.events.publish_many(topic, [event])
+        return published.event
+
+    def publish(
+        self,
+        topic: str,
+        type: str,
+        data: Any = None,
+        *,
+        source: str | None = None,
+        subject: str | None = None,
+        id: str | None = None,
+        key: str | None = None,
+        time: Any = None,
+    ) -> Event:
+        """:meth:`publish_async`, blocking (from sync code, inside ``with app:``)."""
+        return self.blocking(
+            self.publish_async(
+                topic, type, data, source=source, subject=subject, id=id, key=key, time=time
+            )
+        )
+
+    async def publish_many_async(self, topic: str, events: Sequence[Event]) -> list[Event]:
+        """Append events (built with :func:`cronbus.events.make_event`) in one transaction."""
+        return [p.event for p in await self.events.publish_many(topic, events)]
+
+    def publish_many(self, topic: str, events: Sequence[Event]) -> list[Event]:
+        """:meth:`publish_many_async`, blocking."""
+        return self.blocking(self.publish_many_async(topic, events))
 
     def get_task(self, name: str) -> Task[Any, Any]:
         """The task registered under ``name``."""

@@ -1,7 +1,8 @@
-"""Running roles in a process until a signal: what ``cronbus server``, ``worker`` and
-``scheduler`` do.
+"""Running roles in a process until a signal: what ``cronbus server``, ``worker``,
+``scheduler`` and ``dispatcher`` do.
 
-SIGTERM or SIGINT stops the scheduler and drains the worker (claim nothing more, let running
+SIGTERM or SIGINT stops the scheduler and the dispatcher (pushes in flight get their timeout to
+end, then the leases are let go) and drains the worker (claim nothing more, let running
 attempts finish within the grace period, requeue the rest); a second signal ends the grace.
 """
 
@@ -14,6 +15,7 @@ import signal
 from collections.abc import Sequence
 
 from .app import App
+from .events.dispatcher import Dispatcher
 from .scheduler import Scheduler
 from .worker.engine import Worker
 
@@ -28,6 +30,7 @@ async def serve(
     startup: bool = True,
     worker: bool = True,
     scheduler: bool = False,
+    dispatcher: bool = False,
     install_signals: bool = True,
 ) -> None:
     """Open ``app`` and run the chosen roles until a stop signal, then close it."""
@@ -35,6 +38,7 @@ async def serve(
         roles = Roles(
             worker=Worker(app, queues=queues, concurrency=concurrency) if worker else None,
             scheduler=Scheduler(app) if scheduler else None,
+            dispatcher=Dispatcher(app) if dispatcher else None,
         )
         if install_signals:
             _on_signals(roles)
@@ -52,17 +56,29 @@ async def serve(
 class Roles:
     """The roles one process runs, started and stopped together."""
 
-    def __init__(self, *, worker: Worker | None, scheduler: Scheduler | None) -> None:
+    def __init__(
+        self,
+        *,
+        worker: Worker | None,
+        scheduler: Scheduler | None,
+        dispatcher: Dispatcher | None = None,
+    ) -> None:
         self.worker = worker
         self.scheduler = scheduler
+        self.dispatcher = dispatcher
+        self._stop_dispatching = asyncio.Event()
 
     async def run(self) -> None:
         """Run every role until all have stopped."""
         running = [role.run() for role in (self.scheduler, self.worker) if role is not None]
+        if self.dispatcher is not None:
+            running.append(self.dispatcher.run(self._stop_dispatching))
         await asyncio.gather(*running)
 
     def stop(self, *, hurry: bool = False) -> None:
-        """Stop the scheduler and drain the worker (at once with ``hurry``)."""
+        """Stop the scheduler and the dispatcher, and drain the worker (at once with
+        ``hurry``)."""
+        self._stop_dispatching.set()
         if self.scheduler is not None:
             self.scheduler.request_stop()
         if self.worker is not None:
@@ -104,6 +120,7 @@ def run(
     startup: bool = True,
     worker: bool = True,
     scheduler: bool = False,
+    dispatcher: bool = False,
 ) -> None:
     """Blocking form of :func:`serve`, with signal handlers."""
     asyncio.run(
@@ -114,5 +131,6 @@ def run(
             startup=startup,
             worker=worker,
             scheduler=scheduler,
+            dispatcher=dispatcher,
         )
     )

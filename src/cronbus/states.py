@@ -124,5 +124,6 @@ def sql_match(column: str, states: Iterable[enum.StrEnum]) -> str:
 
 
 def sql_in(states: Iterable[enum.StrEnum]) -> str:
-    """Render states (of runs or deliveries) as an SQL ``IN`` list (the values are enum constants, never user input)."""
+    """Render states (of runs or deliveries) as an SQL ``IN`` list (the values are enum
+    constants, never user input)."""
     return "(" + ", ".join(f"'{s.value}'" for s in sorted(states)) + ")"

@@ -1,4 +1,5 @@
-"""Role commands: ``server`` (every role in one process), ``worker`` and ``scheduler``.
+"""Role commands: ``server`` (every role in one process), ``worker``, ``scheduler`` and
+``dispatcher``.
 
 Each runs until SIGTERM or SIGINT, which stop the scheduler and drain the worker (a second
 signal hurries it), and exits with status 0 after a clean stop.
@@ -64,13 +65,22 @@ def server(
     concurrency: int | None,
     log_level: str,
 ) -> None:
-    """Run every role in one process: the app's startup hooks, a scheduler and a worker.
+    """Run every role in one process: the app's startup hooks, a scheduler, a worker and a
+    dispatcher.
 
-    This is the one command a single machine needs; later releases add the dispatcher and the
-    API to it. Stop it with SIGTERM or Ctrl-C: running attempts get a grace period to finish,
-    and a second signal requeues them at once.
+    This is the one command a single machine needs. Stop it with SIGTERM or Ctrl-C: running
+    attempts get a grace period to finish, and a second signal requeues them at once.
     """
-    _run_role(app_spec, store_url, queues, concurrency, log_level, startup=True, scheduler=True)
+    _run_role(
+        app_spec,
+        store_url,
+        queues,
+        concurrency,
+        log_level,
+        startup=True,
+        scheduler=True,
+        dispatcher=True,
+    )
 
 
 @click.command()
@@ -110,6 +120,27 @@ def scheduler(app_spec: str, store_url: str | None, log_level: str) -> None:
     runner.run(app, startup=False, worker=False, scheduler=True)
 
 
+@click.command()
+@app_options(app_required=True)
+@click.option(
+    "--log-level",
+    type=click.Choice(_LEVELS, case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="Log records below this level are not shown.",
+)
+def dispatcher(app_spec: str, store_url: str | None, log_level: str) -> None:
+    """Run a dispatcher only: push the events of subscriptions to their targets.
+
+    Start one or several: each subscription's pusher is held by one dispatcher at a time
+    through a lease, and moves to another when its holder dies. The app's `@app.subscribe`
+    handlers are synced to the store at start.
+    """
+    app = resolve_app(app_spec, store_url)
+    setup_logging(log_level)
+    runner.run(app, startup=False, worker=False, dispatcher=True)
+
+
 def _run_role(
     app_spec: str,
     store_url: str | None,
@@ -119,6 +150,7 @@ def _run_role(
     *,
     startup: bool,
     scheduler: bool = False,
+    dispatcher: bool = False,
 ) -> None:
     app = resolve_app(app_spec, store_url)
     spec = queues if queues is not None else default_queues(app)
@@ -127,7 +159,14 @@ def _run_role(
     except ConfigurationError as exc:
         raise CliError(f"--queues {spec!r}: {exc}") from None
     setup_logging(log_level)
-    runner.run(app, queues=spec, concurrency=concurrency, startup=startup, scheduler=scheduler)
+    runner.run(
+        app,
+        queues=spec,
+        concurrency=concurrency,
+        startup=startup,
+        scheduler=scheduler,
+        dispatcher=dispatcher,
+    )
 
 
 def default_queues(app: App) -> str:

@@ -25,8 +25,6 @@ from cluster.conftest import Workers, until, wait_exit
 from contract.pg import pg_store_url
 from cronbus import App, AttemptOutcome, RunState
 
-pytestmark = pytest.mark.slow
-
 DEADLINE_SECONDS = 60.0
 SLOW_SECONDS = 120.0
 """How long the slow task runs: longer than any test, which ends it by signals."""
@@ -133,6 +131,7 @@ def holds(worker: dict[str, Any], run_id: int) -> bool:
 
 
 # -- alive, then draining, then stopped ----------------------------------------------------------
+@pytest.mark.slow
 async def test_a_worker_is_listed_alive_then_draining_then_stopped(
     app: App, workers: Workers, url: str, tmp_path: Path
 ) -> None:
@@ -179,6 +178,7 @@ async def test_a_worker_is_listed_alive_then_draining_then_stopped(
 
 
 # -- lost, and its run re-executed elsewhere -----------------------------------------------------
+@pytest.mark.slow
 async def test_a_killed_worker_is_listed_lost_and_its_run_runs_elsewhere(
     app: App, workers: Workers, url: str, tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ import click
 from .._version import __version__
 from .jobs import jobs
 from .loading import CronbusGroup
+from .migrate import migrate
 from .roles import scheduler, server, worker
 from .runs import defer, dlq, runs
 from .workers import workers
@@ -32,7 +33,7 @@ def cronbus() -> None:
     """
 
 
-for command in (server, worker, scheduler, jobs, runs, dlq, defer, workers):
+for command in (server, worker, scheduler, jobs, runs, dlq, defer, workers, migrate):
     cronbus.add_command(command)
 
 

@@ -7,6 +7,12 @@
 - ``postgresql://user:password@host:port/db`` (or ``postgres://``); libpq's options pass
   through, and cronbus's own: ``?schema=cronbus`` (the schema that holds the tables),
   ``statement_timeout=30`` (seconds, 0 for none), ``pool_min=1``, ``pool_max=10``.
+
+Both take ``migrate=false`` (default ``true``): opening the store then applies no migration,
+and refuses with :class:`~cronbus.errors.SchemaError` a schema that is behind, which
+``cronbus migrate`` brings up to date; for deployments where schema changes are a step of their
+own, not a side effect of whichever process starts first. A schema newer than this cronbus is
+refused either way.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import os
 from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import StoreURLError
+from . import migrations
 from .base import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener, Store
 from .sqlite import SQLiteStore
 
@@ -86,6 +93,9 @@ def _sqlite(url: str, netloc: str, path: str, query: str) -> SQLiteStore:
         busy_timeout = float(options.pop("busy_timeout", "30"))
     except ValueError:
         raise StoreURLError(f"store URL {url!r}: busy_timeout must be seconds") from None
+    migrate = migrations.auto_migrate(url, options)
     if options:
         raise StoreURLError(f"store URL {url!r}: unknown option(s) {', '.join(sorted(options))}")
-    return SQLiteStore(path, synchronous=synchronous, busy_timeout=busy_timeout, url=url)
+    return SQLiteStore(
+        path, synchronous=synchronous, busy_timeout=busy_timeout, url=url, migrate=migrate
+    )

@@ -54,6 +54,7 @@ from . import postgres_jobs as jobs
 from . import postgres_sql as q
 from .base import CONTROL_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener
 from .common import LEASE_EXPIRED, overlap_decisions
+from .migrations import Migrated, SchemaVersions
 from .postgres_db import NOT_OPEN, Database
 from .postgres_listen import Listening, LocalHub, channel_name, listening_conninfo
 from .postgres_rows import (
@@ -98,7 +99,11 @@ class PostgresStore:
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def open(self) -> None:
-        """Apply pending migrations (under an advisory lock), then open the connection pool."""
+        """Apply pending migrations (under an advisory lock), then open the connection pool.
+
+        With ``migrate=false`` in the URL, a schema that is behind raises
+        :class:`~cronbus.errors.SchemaError` instead (``cronbus migrate`` applies them).
+        """
         if self._db.is_open:
             return
         await self._db.open()
@@ -115,6 +120,14 @@ class PostgresStore:
         """The newest migration applied."""
         row = await self._db.one(q.SCHEMA_VERSION)
         return int(row[0]) if row else 0
+
+    async def schema_versions(self) -> SchemaVersions:
+        """The schema's version and the newest this cronbus knows; works on a closed store."""
+        return await self._db.schema_versions()
+
+    async def migrate(self) -> Migrated:
+        """Apply pending migrations, whatever the URL's ``migrate``; works on a closed store."""
+        return await self._db.migrate()
 
     # -- defer ---------------------------------------------------------------------------------
     async def defer(self, runs: Sequence[NewRun], now: float) -> list[Deferred]:

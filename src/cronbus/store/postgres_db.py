@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import psycopg
@@ -49,8 +49,12 @@ class Database:
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def open(self) -> None:
-        """Apply pending migrations (under an advisory lock), then open the connection pool."""
-        await self._migrate()
+        """Apply pending migrations (unless the URL says ``migrate=false``: then check that
+        there are none), then open the connection pool."""
+        if self.options.migrate:
+            await self.migrate()
+        else:
+            migrations.check(await self.schema_versions())
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self.conninfo,
             min_size=self.options.pool_min,
@@ -78,14 +82,30 @@ class Database:
             # Its worker tasks may have been cancelled by a shutdown that cancels every task.
             await stopped(pool.close())
 
-    async def _migrate(self) -> None:
-        try:
-            conn = await AsyncConnection.connect(self.conninfo, autocommit=True)
-        except psycopg.Error as exc:
-            raise StoreError(
-                f"cannot connect to PostgreSQL store {self.where}: {describe(exc)}"
-            ) from exc
+    # -- migrations ----------------------------------------------------------------------------
+    async def schema_versions(self) -> migrations.SchemaVersions:
+        """The schema's version and the newest this cronbus knows, changing nothing."""
+        async with await self._connect() as conn:
+            try:
+                exists = await (await conn.execute(q.MIGRATIONS_TABLE)).fetchone()
+                row = await (await conn.execute(q.SCHEMA_VERSION)).fetchone() if exists else None
+            except psycopg.Error as exc:
+                raise StoreError(
+                    f"PostgreSQL store {self.where}: reading the schema version failed: "
+                    f"{describe(exc)}"
+                ) from exc
+        known = migrations.load("postgres")
+        return migrations.SchemaVersions(
+            store=self.name,
+            current=int(row[0]) if row else 0,
+            latest=known[-1].version if known else 0,
+        )
+
+    async def migrate(self) -> migrations.Migrated:
+        """Apply pending migrations in one transaction, under an advisory lock on the schema,
+        so that concurrent migrations (every process opening at once) apply each one once."""
         schema = self.options.schema
+        conn = await self._connect()
         try:
             async with conn, conn.transaction():
                 await conn.execute(q.MIGRATION_LOCK, (_lock_key(schema),))
@@ -93,12 +113,33 @@ class Database:
                 await conn.execute(q.CREATE_MIGRATIONS)
                 row = await (await conn.execute(q.SCHEMA_VERSION)).fetchone()
                 current = int(row[0]) if row else 0
-                for migration in _pending(migrations.load("postgres"), current):
+                todo = migrations.pending(self.name, migrations.load("postgres"), current)
+                for migration in todo:
                     await conn.execute(migration.sql)
                     await conn.execute(q.RECORD_MIGRATION, (migration.version, migration.name))
         except psycopg.Error as exc:
             raise StoreError(
                 f"PostgreSQL store {self.where}: migrating the schema failed: {describe(exc)}"
+            ) from exc
+        return migrations.Migrated(
+            store=self.name,
+            before=current,
+            after=todo[-1].version if todo else current,
+            applied=tuple(f"{m.version:04d}_{m.name}" for m in todo),
+        )
+
+    @property
+    def name(self) -> str:
+        """The store, for messages."""
+        return f"PostgreSQL store {self.where}"
+
+    async def _connect(self) -> Conn:
+        """A connection of its own, outside the pool."""
+        try:
+            return await AsyncConnection.connect(self.conninfo, autocommit=True)
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot connect to PostgreSQL store {self.where}: {describe(exc)}"
             ) from exc
 
     # -- connections and transactions ----------------------------------------------------------
@@ -178,15 +219,6 @@ class Database:
         """``NOTIFY``'s parameters: the channels, and this store's token as the payload."""
         names = sorted({self.channel_name(channel) for channel in channels})
         return {"token": self.token, "channels": names}
-
-
-def _pending(known: Sequence[migrations.Migration], current: int) -> list[migrations.Migration]:
-    if known and current > known[-1].version:
-        raise StoreError(
-            f"the store's schema is version {current}, newer than this cronbus knows "
-            f"({known[-1].version}); upgrade cronbus"
-        )
-    return [migration for migration in known if migration.version > current]
 
 
 def _lock_key(schema: str) -> int:

@@ -53,6 +53,8 @@ CREATE TABLE IF NOT EXISTS cronbus_migrations (
 )
 """
 SCHEMA_VERSION = "SELECT coalesce(max(version), 0) FROM cronbus_migrations"
+# Whether the schema (first on the search_path) has been migrated at all, creating nothing.
+MIGRATIONS_TABLE = "SELECT 1 WHERE to_regclass('cronbus_migrations') IS NOT NULL"
 RECORD_MIGRATION = """
 INSERT INTO cronbus_migrations (version, name, applied_at)
 VALUES (%s, %s, extract(epoch FROM clock_timestamp()))

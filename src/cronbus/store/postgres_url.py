@@ -1,7 +1,7 @@
 """A ``postgresql://`` store URL: libpq's connection string and cronbus's own options.
 
-cronbus's options (``schema``, ``statement_timeout``, ``pool_min``, ``pool_max``) are taken out
-of the query string; everything else is libpq's and passes through untouched.
+cronbus's options (``schema``, ``statement_timeout``, ``pool_min``, ``pool_max``, ``migrate``)
+are taken out of the query string; everything else is libpq's and passes through untouched.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..errors import StoreURLError
+from . import migrations
 
 DEFAULT_SCHEMA = "cronbus"
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-_URL_OPTIONS = ("schema", "statement_timeout", "pool_min", "pool_max")
+_URL_OPTIONS = ("schema", "statement_timeout", "pool_min", "pool_max", "migrate")
 _CONNECT_TIMEOUT = 10
 
 
@@ -29,7 +30,8 @@ class PostgresOptions:
     """A ``postgresql://`` store URL, split into libpq's connection string and cronbus's options.
 
     ``statement_timeout`` (seconds, 0 for none) also bounds how long a transaction may sit idle,
-    so a stalled process cannot hold claimed rows locked.
+    so a stalled process cannot hold claimed rows locked. ``migrate`` false leaves migrations
+    to ``cronbus migrate``: opening then refuses a schema that is behind.
     """
 
     conninfo: str
@@ -37,6 +39,7 @@ class PostgresOptions:
     statement_timeout: float = 30.0
     pool_min: int = 1
     pool_max: int = 10
+    migrate: bool = True
 
     @property
     def where(self) -> str:
@@ -80,6 +83,7 @@ def parse_url(url: str) -> PostgresOptions:
         statement_timeout=_url_seconds(url, ours, "statement_timeout", 30.0),
         pool_min=pool_min,
         pool_max=pool_max,
+        migrate=migrations.auto_migrate(url, ours),
     )
 
 

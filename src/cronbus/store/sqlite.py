@@ -9,6 +9,7 @@ transaction are consecutive.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -40,8 +41,10 @@ from . import sqlite_jobs
 from . import sqlite_sql as q
 from .base import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener
 from .common import LEASE_EXPIRED, finish, overlap_decisions
+from .migrations import Migrated, SchemaVersions
 from .rows import attempt_from_row, job_from_row, job_params, run_from_row
-from .sqlite_db import Database, Inline
+from .sqlite_db import Database, Inline, read_versions
+from .sqlite_events import SqliteEvents
 from .wake import WakeHub
 
 T = TypeVar("T")
@@ -54,7 +57,7 @@ _NO_CLAIM = ClaimRequest(worker_id="", queues=(), limit=0, lease_seconds=0.0)
 Row = tuple[Any, ...]
 
 
-class SQLiteStore:
+class SQLiteStore(SqliteEvents):
     """A :class:`~cronbus.store.base.Store` on one SQLite file."""
 
     def __init__(
@@ -64,12 +67,15 @@ class SQLiteStore:
         synchronous: str = "full",
         busy_timeout: float = 30.0,
         url: str | None = None,
+        migrate: bool = True,
     ) -> None:
         self.path = path
         self.url = url or f"sqlite:///{path}"
         self.synchronous = synchronous
         self.busy_timeout = busy_timeout
-        self._database = Database(path, synchronous=synchronous, busy_timeout=busy_timeout)
+        self._database = Database(
+            path, synchronous=synchronous, busy_timeout=busy_timeout, migrate=migrate
+        )
         self._hub = WakeHub()
         self._registered: frozenset[str] = frozenset()
         self._wakeups: list[tuple[str, frozenset[str]]] = []
@@ -106,7 +112,11 @@ class SQLiteStore:
         self._wakeups_read = time.monotonic()
 
     async def open(self) -> None:
-        """Open the file (creating it), switch to WAL and apply pending migrations."""
+        """Open the file (creating it), switch to WAL and apply pending migrations.
+
+        With ``migrate=false`` in the URL, a schema that is behind (or a missing file) raises
+        :class:`~cronbus.errors.SchemaError` instead (``cronbus migrate`` applies them).
+        """
         if self._database.is_open:
             return
         self._registered = frozenset()
@@ -137,6 +147,21 @@ class SQLiteStore:
             return int(version or 0)
 
         return await self._call(read)
+
+    async def schema_versions(self) -> SchemaVersions:
+        """The schema's version and the newest this cronbus knows; works on a closed store."""
+        return await asyncio.to_thread(read_versions, self.path, self.busy_timeout)
+
+    async def migrate(self) -> Migrated:
+        """Apply pending migrations, whatever the URL's ``migrate``; works on a closed store."""
+        # A connection of its own, which migrates as it opens: the store may be open or not.
+        database = Database(self.path, synchronous=self.synchronous, busy_timeout=self.busy_timeout)
+        await database.open()
+        try:
+            assert database.migrated is not None
+            return database.migrated
+        finally:
+            await database.close()
 
     # -- defer ---------------------------------------------------------------------------------
     async def defer(self, runs: Sequence[NewRun], now: float) -> list[Deferred]:

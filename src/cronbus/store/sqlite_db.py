@@ -36,10 +36,15 @@ _RELAXED = {"full": "normal", "extra": "normal"}
 class Database:
     """One SQLite file in WAL mode, as a store uses it."""
 
-    def __init__(self, path: str, *, synchronous: str, busy_timeout: float) -> None:
+    def __init__(
+        self, path: str, *, synchronous: str, busy_timeout: float, migrate: bool = True
+    ) -> None:
         self.path = path
         self.synchronous = synchronous
         self.busy_timeout = busy_timeout
+        self.migrate = migrate
+        self.migrated: migrations.Migrated | None = None
+        """What opening applied (``None`` when it only checked the version)."""
         self._relaxed = _RELAXED.get(synchronous, synchronous)
         self._level = ""
         self._conn: sqlite3.Connection | None = None
@@ -65,12 +70,17 @@ class Database:
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def open(self) -> None:
-        """Connect, switch to WAL and apply pending migrations."""
+        """Connect, switch to WAL and apply pending migrations (or, with ``migrate`` false,
+        refuse a schema that is behind)."""
+        if not self.migrate:
+            # Before connecting, which would create the file.
+            migrations.check(read_versions(self.path, self.busy_timeout))
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="cronbus-sqlite")
         self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="cronbus-checkpoint")
         try:
             await self.call(self._connect)
-            await self.call(self._migrate)
+            if self.migrate:
+                self.migrated = await self.call(self._migrate)
         except BaseException:
             await self.close()
             raise
@@ -96,42 +106,48 @@ class Database:
         directory = os.path.dirname(self.path)
         if self.path != MEMORY and directory and not os.path.isdir(directory):
             raise StoreError(f"cannot open SQLite store {self.path!r}: no folder {directory!r}")
+        if self.path != MEMORY:
+            lock = os.path.abspath(self.path) + "-writer.lock"
+            self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         conn = sqlite3.connect(
             self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
         )
-        conn.execute("PRAGMA journal_mode = WAL")
+        # Switching a new file to WAL fails at once with "database is locked" when another
+        # process switches it too (SQLite's busy handler does not wait there): queue on the
+        # writers' lock, as processes started together all do.
+        with self._writer_lock():
+            conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         if self.path != MEMORY:
             # Checkpoints fsync the database: they run on a thread of their own (see
             # _maybe_checkpoint), never inside the transaction that happened to fill the WAL.
             conn.execute("PRAGMA wal_autocheckpoint = 0")
-            lock = os.path.abspath(self.path) + "-writer.lock"
-            self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         self._conn = conn
 
-    def _migrate(self) -> None:
+    def _migrate(self) -> migrations.Migrated:
         conn = self.conn
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS cronbus_migrations "
-            "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-        )
-        known = migrations.load("sqlite")
+        # The write lock serialises concurrent openers: the version is read under it.
         with self.write():
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS cronbus_migrations "
+                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+            )
             row = conn.execute("SELECT coalesce(max(version), 0) FROM cronbus_migrations")
             current = int(row.fetchone()[0])
-            if known and current > known[-1].version:
-                raise StoreError(
-                    f"the store's schema is version {current}, newer than this cronbus knows "
-                    f"({known[-1].version}); upgrade cronbus"
+            todo = migrations.pending(_name(self.path), migrations.load("sqlite"), current)
+            for migration in todo:
+                for statement in _statements(migration.sql):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO cronbus_migrations VALUES (?, ?, ?)",
+                    (migration.version, migration.name, time.time()),
                 )
-            for migration in known:
-                if migration.version > current:
-                    for statement in _statements(migration.sql):
-                        conn.execute(statement)
-                    conn.execute(
-                        "INSERT INTO cronbus_migrations VALUES (?, ?, ?)",
-                        (migration.version, migration.name, time.time()),
-                    )
+        return migrations.Migrated(
+            store=_name(self.path),
+            before=current,
+            after=todo[-1].version if todo else current,
+            applied=tuple(f"{m.version:04d}_{m.name}" for m in todo),
+        )
 
     # -- calls ---------------------------------------------------------------------------------
     async def call(self, fn: Callable[..., T], *args: Any, inline: Inline = "") -> T:
@@ -260,6 +276,30 @@ class Database:
         if self._checkpoint_conn is not None:
             self._checkpoint_conn.close()
             self._checkpoint_conn = None
+
+
+def read_versions(path: str, busy_timeout: float) -> migrations.SchemaVersions:
+    """The schema version of the file at ``path`` (0 when it does not exist), changing nothing."""
+    known = migrations.load("sqlite")
+    latest = known[-1].version if known else 0
+    if path == MEMORY or not os.path.exists(path):
+        return migrations.SchemaVersions(store=_name(path), current=0, latest=latest)
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=busy_timeout)) as conn:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cronbus_migrations'"
+            ).fetchone()
+            current = 0
+            if found:
+                (version,) = conn.execute("SELECT max(version) FROM cronbus_migrations").fetchone()
+                current = int(version or 0)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot read the schema version of SQLite store {path!r}: {exc}") from exc
+    return migrations.SchemaVersions(store=_name(path), current=current, latest=latest)
+
+
+def _name(path: str) -> str:
+    return f"SQLite store {path!r}"
 
 
 def _statements(script: str) -> Iterator[str]:

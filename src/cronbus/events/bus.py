@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError, SubscriptionNotFoundError
 from ..serialization import encode_value
-from ..store.events_base import EVENTS_CHANNEL, EventStore
+from ..store.events_base import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore
 from .event import Event, make_event, validate_topic
 from .filters import Filter
 from .records import (
@@ -278,7 +278,12 @@ class Subscriptions:
                 raise InvalidArgumentError(
                     f"a subscription named {name!r} exists; change it with update()"
                 )
-        return await self.store.put_subscription(spec, self.app.clock.now())
+        return await self._changed(await self.store.put_subscription(spec, self.app.clock.now()))
+
+    async def _changed(self, sub: Subscription) -> Subscription:
+        """Tell dispatchers at once (they also look every few seconds)."""
+        await self.app.store.notify([SUBSCRIPTIONS_CHANNEL])
+        return sub
 
     async def update(self, name: str, **changes: Any) -> Subscription:
         """Change a subscription's filter (``types``, ``filter`` ...) or delivery options."""
@@ -294,7 +299,7 @@ class Subscriptions:
             )
         if changes:
             spec = replace(spec, policy=build_policy(current.policy, **changes))
-        return await self.store.put_subscription(spec, self.app.clock.now())
+        return await self._changed(await self.store.put_subscription(spec, self.app.clock.now()))
 
     async def get(self, name: str) -> Subscription:
         """One subscription."""
@@ -306,17 +311,18 @@ class Subscriptions:
 
     async def pause(self, name: str) -> Subscription:
         """Stop pushing; events keep arriving and are delivered after ``resume``."""
-        return await self.store.set_subscription_paused(name, True, None, self.app.clock.now())
+        now = self.app.clock.now()
+        return await self._changed(await self.store.set_subscription_paused(name, True, None, now))
 
     async def resume(self, name: str) -> Subscription:
         """Push again (also after a 410 disabled it)."""
-        sub = await self.store.set_subscription_paused(name, False, None, self.app.clock.now())
-        await self.app.store.notify([EVENTS_CHANNEL])
-        return sub
+        now = self.app.clock.now()
+        return await self._changed(await self.store.set_subscription_paused(name, False, None, now))
 
     async def remove(self, name: str) -> None:
         """Delete a subscription and its deliveries."""
         await self.store.delete_subscription(name)
+        await self.app.store.notify([SUBSCRIPTIONS_CHANNEL])
 
     async def replay(
         self, name: str, *, offset: int | None = None, since: float | None = None

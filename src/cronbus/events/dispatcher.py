@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ..store.base import Listener
-from ..store.events_base import EVENTS_CHANNEL, EventStore
+from ..store.events_base import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore
 from .filters import Filter
 from .pacing import Breaker, RateLimit, retry_delay
 from .records import (
@@ -101,6 +101,7 @@ class Dispatcher:
         limits = httpx.Limits(max_connections=self.pool, max_keepalive_connections=self.pool)
         self._client = httpx.AsyncClient(limits=limits, timeout=None)
         listener = await self.app.store.listen([EVENTS_CHANNEL])
+        changes = await self.app.store.listen([SUBSCRIPTIONS_CHANNEL])
         log.info("dispatcher %s started", self.id, extra={"action": "dispatcher.start"})
         try:
             if self.app.code_subscriptions:
@@ -115,13 +116,18 @@ class Dispatcher:
                     except Exception:
                         log.exception("renewing subscription leases failed; trying again")
                         balance_at = loop.time() + _STORE_RETRY
-                # New events wake the pushers only; leases are renewed on their own clock.
-                if await _wait_any(listener, stopping, balance_at - loop.time()):
+                # New events wake the pushers only; leases are renewed on their own clock,
+                # or at once when subscriptions change.
+                woken = await _wait_any((listener, changes), stopping, balance_at - loop.time())
+                if listener in woken:
                     for pusher in self.pushers.values():
                         pusher.wake()
+                if changes in woken:
+                    balance_at = loop.time()
         finally:
             await self._stop_all()
             await listener.close()
+            await changes.close()
             await self._client.aclose()
             log.info("dispatcher %s stopped", self.id, extra={"action": "dispatcher.stop"})
 
@@ -413,11 +419,13 @@ async def _sleep_or(event: asyncio.Event, timeout: float) -> None:
             await event.wait()
 
 
-async def _wait_any(listener: Listener, stopping: asyncio.Event, timeout: float) -> bool:
-    """Wait for a wake-up on ``listener`` or for ``stopping``; True if woken by the listener."""
-    woke = asyncio.ensure_future(listener.wait(max(0.0, timeout)))
+async def _wait_any(
+    listeners: tuple[Listener, ...], stopping: asyncio.Event, timeout: float
+) -> set[Listener]:
+    """Wait for a wake-up on any of ``listeners`` or for ``stopping``; return those woken."""
+    waits = {asyncio.ensure_future(lis.wait(max(0.0, timeout))): lis for lis in listeners}
     stop = asyncio.ensure_future(stopping.wait())
-    done, pending = await asyncio.wait({woke, stop}, return_when=asyncio.FIRST_COMPLETED)
+    done, pending = await asyncio.wait({*waits, stop}, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
         task.cancel()
-    return woke in done and bool(woke.result())
+    return {waits[t] for t in done if t in waits and t.result()}

@@ -29,6 +29,8 @@ from ..events.states import DeliveryState
 
 EVENTS_CHANNEL = "events"
 """Wake-up channel: events were appended, or deliveries became due (a replay, a requeue)."""
+SUBSCRIPTIONS_CHANNEL = "subscriptions"
+"""Wake-up channel: a subscription was added, changed, resumed or removed."""
 
 
 class EventStore(Protocol):

@@ -44,6 +44,7 @@ from .common import LEASE_EXPIRED, finish, overlap_decisions
 from .migrations import Migrated, SchemaVersions
 from .rows import attempt_from_row, job_from_row, job_params, run_from_row
 from .sqlite_db import Database, Inline, read_versions
+from .sqlite_events import SqliteEvents
 from .wake import WakeHub
 
 T = TypeVar("T")
@@ -56,7 +57,7 @@ _NO_CLAIM = ClaimRequest(worker_id="", queues=(), limit=0, lease_seconds=0.0)
 Row = tuple[Any, ...]
 
 
-class SQLiteStore:
+class SQLiteStore(SqliteEvents):
     """A :class:`~cronbus.store.base.Store` on one SQLite file."""
 
     def __init__(

@@ -157,10 +157,15 @@ class Db:
             conn, self._conn = self._conn, None
             await conn.close()
 
-    async def sessions(self, name: str, state: str) -> int:
-        """How many sessions of process ``name`` are in ``state`` (``active``, ``idle``...)."""
-        query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND state = %s"
-        return int(await self.value(query, (f"cronbus-{name}", state)))
+    async def working_sessions(self, name: str) -> list[tuple[Any, ...]]:
+        """The sessions of process ``name`` that run a statement without waiting for their
+        client (a pipeline waiting for its next statement is active, but waits for it)."""
+        query = (
+            "SELECT wait_event_type, wait_event, query FROM pg_stat_activity"
+            " WHERE application_name = %s AND state = 'active'"
+            " AND wait_event_type IS DISTINCT FROM 'Client'"
+        )
+        return await self.rows(query, (f"cronbus-{name}",))
 
     async def executions(self) -> dict[str, int]:
         """How many times each key was executed (the side table)."""

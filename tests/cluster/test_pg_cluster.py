@@ -126,27 +126,31 @@ async def defer_spread(app: App, over: float) -> dict[int, str]:
 async def kill_holding(db: Db, victim: Proc, victim_id: str) -> int:
     """SIGKILL ``victim`` while it holds runs; how many it held at the kill.
 
-    It is stopped (SIGSTOP) first, and counted once none of its sessions is active: a claim
-    it had sent is then committed (it holds those runs) or waits, uncommitted, to be rolled
-    back by the kill (it does not).
+    It is stopped (SIGSTOP) first, and counted once none of its sessions has work left that
+    the server can do without it (all wait for the client, or are idle): each transaction it
+    had begun is then committed (it holds those runs) or waits, uncommitted, to be rolled back
+    by the kill (it does not).
     """
     held = f"SELECT count(*) FROM runs WHERE lease_owner = %s AND state IN {HELD}"
+    working: list[tuple[object, ...]] = []
+
+    async def holds() -> bool:
+        return int(await db.value(held, (victim_id,))) > 0
+
+    async def settled() -> bool:
+        working[:] = await db.working_sessions(victim.name)
+        return not working
+
     for _ in range(50):
-
-        async def holds() -> bool:
-            return int(await db.value(held, (victim_id,))) > 0
-
         await poll(holds, 10, every=0.01, what=f"{victim.name} holding runs")
         victim.signal(signal.SIGSTOP)
-
-        async def settled() -> bool:
-            return await db.sessions(victim.name, "active") == 0
-
-        await poll(settled, 10, every=0.01, what=f"{victim.name}'s sessions settled")
+        try:
+            await poll(settled, 10, every=0.01, what=f"{victim.name}'s sessions settled")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {working}") from None
         count = int(await db.value(held, (victim_id,)))
         if count:
-            victim.signal(signal.SIGKILL)
-            victim.popen.wait(10)
+            victim.kill()
             return count
         victim.signal(signal.SIGCONT)
     raise AssertionError(f"{victim.name} never held a run when stopped")

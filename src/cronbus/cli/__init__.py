@@ -11,11 +11,14 @@ from collections.abc import Sequence
 import click
 
 from .._version import __version__
+from .dlq import dlq
+from .events import events
 from .jobs import jobs
 from .loading import CronbusGroup
 from .migrate import migrate
 from .roles import scheduler, server, worker
-from .runs import defer, dlq, runs
+from .runs import defer, runs
+from .subs import subs
 from .workers import workers
 
 __all__ = ["cronbus", "main"]
@@ -33,7 +36,7 @@ def cronbus() -> None:
     """
 
 
-for command in (server, worker, scheduler, jobs, runs, dlq, defer, workers, migrate):
+for command in (server, worker, scheduler, jobs, runs, dlq, defer, workers, events, subs, migrate):
     cronbus.add_command(command)
 
 

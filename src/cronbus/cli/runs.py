@@ -1,4 +1,4 @@
-"""Resource commands on runs: ``runs``, ``dlq`` (dead letters) and ``defer``."""
+"""Resource commands on runs: ``runs`` and ``defer`` (dead letters are in :mod:`.dlq`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ..app import App
-from ..errors import InvalidTransitionError, RunNotFoundError
+from ..errors import InvalidTransitionError
 from ..model import Attempt, Run, RunFilter
 from ..states import RunEvent, RunState, sources
 from . import render
@@ -144,82 +144,6 @@ def _print_state(run_id: int, state: RunState, as_json: bool) -> None:
         render.print_json({"id": run_id, "state": state.value})
     else:
         render.console().print(f"run {run_id}: ", render.state_text(state), sep="")
-
-
-# -- dlq -----------------------------------------------------------------------------------------
-@click.group(cls=CronbusGroup)
-def dlq() -> None:
-    """Dead letters: runs that used up their retries, kept with their last error."""
-
-
-@dlq.command("list")
-@click.option("--task", help="Only dead runs of this task.")
-@click.option("--queue", help="Only dead runs in this queue.")
-@_limit_option
-@app_options()
-@_json_option
-def list_dead(
-    task: str | None,
-    queue: str | None,
-    limit: int,
-    app_spec: str | None,
-    store_url: str | None,
-    as_json: bool,
-) -> None:
-    """List dead runs, newest first, with the type and message of their last error."""
-    wanted = RunFilter(states=(RunState.DEAD,), task=task, queue=queue, limit=limit)
-    found = run_with_app(resolve_app(app_spec, store_url), lambda app: app.store.list_runs(wanted))
-    if as_json:
-        render.print_json([render.run_json(run) for run in found])
-    else:
-        render.print_dead(found)
-
-
-@dlq.command("requeue")
-@click.argument("run_ids", metavar="[ID]...", nargs=-1, type=int)
-@click.option("--all", "every", is_flag=True, help="Requeue every dead run.")
-@app_options()
-@_json_option
-def requeue_dead(
-    run_ids: tuple[int, ...],
-    every: bool,
-    app_spec: str | None,
-    store_url: str | None,
-    as_json: bool,
-) -> None:
-    """Queue dead runs again with a fresh retry budget: the ids given, or --all of them.
-
-    Prints how many runs were requeued; ids that are unknown or not dead are reported as an
-    error (exit status 1) after the others are requeued.
-    """
-    if every == bool(run_ids):
-        raise click.UsageError("give run ids or --all (exactly one of the two)")
-    app = resolve_app(app_spec, store_url)
-    requeued, refused = run_with_app(app, lambda a: _requeue(a, list(run_ids) if run_ids else None))
-    if as_json:
-        render.print_json({"requeued": requeued, "count": len(requeued), "refused": refused})
-    else:
-        click.echo(f"requeued {len(requeued)} run{'' if len(requeued) == 1 else 's'}")
-    if refused:
-        raise CliError("not requeued: " + "; ".join(refused))
-
-
-async def _requeue(app: App, run_ids: list[int] | None) -> tuple[list[int], list[str]]:
-    """Requeue dead runs; named runs that are unknown or not dead are refused, with why."""
-    now = app.clock.now()
-    if run_ids is None:
-        return await app.store.requeue(None, now), []
-    # store.requeue also takes cancelled runs; the dead letter queue holds only dead ones.
-    found = {run.id: run for run in await app.store.get_runs(run_ids)}
-    dead = [i for i in run_ids if i in found and found[i].state is RunState.DEAD]
-    refused = [_refusal(i, found.get(i)) for i in dict.fromkeys(run_ids) if i not in dead]
-    return (await app.store.requeue(dead, now) if dead else []), refused
-
-
-def _refusal(run_id: int, run: Run | None) -> str:
-    if run is None:
-        return str(RunNotFoundError(f"no run has id {run_id}"))
-    return f"run {run_id} is {run.state}, not dead"
 
 
 # -- defer ---------------------------------------------------------------------------------------

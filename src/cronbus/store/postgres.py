@@ -56,6 +56,7 @@ from .base import CONTROL_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener
 from .common import LEASE_EXPIRED, overlap_decisions
 from .migrations import Migrated, SchemaVersions
 from .postgres_db import NOT_OPEN, Database
+from .postgres_events import PostgresEvents
 from .postgres_listen import Listening, LocalHub, channel_name, listening_conninfo
 from .postgres_rows import (
     Pick,
@@ -81,8 +82,9 @@ _KEY_LOCK_SPACE = 0x63627573
 _NO_CLAIM = ClaimRequest(worker_id="", queues=(), limit=0, lease_seconds=0.0)
 
 
-class PostgresStore:
-    """A :class:`~cronbus.store.base.Store` on PostgreSQL (see the module's docstring)."""
+class PostgresStore(PostgresEvents):
+    """A :class:`~cronbus.store.base.Store` on PostgreSQL (see the module's docstring); the
+    event bus's half is :class:`~.postgres_events.PostgresEvents`."""
 
     def __init__(self, url: str) -> None:
         self.url = url

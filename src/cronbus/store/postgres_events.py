@@ -1,0 +1,479 @@
+"""The event bus in the PostgreSQL store: topics, subscriptions, leases, cursors, deliveries.
+
+:class:`PostgresEvents` is mixed into :class:`~cronbus.store.postgres.PostgresStore` and works
+on its :class:`~.postgres_db.Database`; the SQL is in :mod:`.postgres_events_sql`.
+
+Round trips, as for runs, are what a call costs. Each of these is one pipelined transaction in
+one round trip, whatever the batch: ``append`` (lock the topic, insert, NOTIFY, commit),
+``advance`` (cursor and deliveries in one statement), ``take_deliveries`` and
+``finish_deliveries`` (fence, then one statement). ``acquire_subscriptions`` takes two.
+
+Durability: appends and commands (users are told they happened) wait for the server's disk at
+commit. Leases, cursor moves, takes and finishes do not (``synchronous_commit`` off): a server
+crash may lose the last moment of them, all together and in commit order, which only pushes
+some events again: at-least-once delivery allows it, and the cursor never passes a delivery that
+was lost without it (invariant 4 holds within each transaction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from ..errors import DeliveryNotFoundError, InvalidArgumentError, SubscriptionNotFoundError
+from ..events.records import (
+    Appended,
+    Delivery,
+    DeliveryAttempt,
+    DeliveryFilter,
+    DeliveryOutcome,
+    DeliveryPolicy,
+    DeliveryResult,
+    EventRecord,
+    NewDelivery,
+    NewEvent,
+    Origin,
+    Subscription,
+    SubscriptionLease,
+    SubscriptionSpec,
+    TopicInfo,
+)
+from ..events.states import DeliveryEvent, DeliveryState, transition
+from . import postgres_events_sql as q
+from .events_base import EVENTS_CHANNEL
+from .postgres_db import Database
+from .postgres_rows import arrays
+from .postgres_tx import Row
+
+_STARTS = ("latest", "earliest")
+_PUSHED = DeliveryState.IN_FLIGHT
+"""Where every push ends from: a result applies only to a delivery still in flight."""
+
+
+class PostgresEvents:
+    """The :class:`~cronbus.store.events_base.EventStore` methods of the PostgreSQL store."""
+
+    _db: Database
+
+    # -- topics and events ---------------------------------------------------------------------
+    async def append(self, topic: str, events: Sequence[NewEvent], now: float) -> list[Appended]:
+        """Append events durably at increasing offsets, in one round trip (see the SQL for how
+        offsets follow commit order); a repeated id reports its stored offset."""
+        if not events:
+            return []
+        async with self._db.transaction() as tx:
+            await tx.queue(q.LOCK_TOPIC, {"topic": topic, "now": now})
+            appending = await tx.queue(q.APPEND, _append_params(topic, events, now))
+            tx.nudges.add(EVENTS_CHANNEL)
+        rows = await appending.fetchall()
+        return [
+            Appended(id=event.id, offset=offset, created=created)
+            for event, (offset, created) in zip(events, rows, strict=True)
+        ]
+
+    async def read_events(self, topic: str, after: int, limit: int) -> list[EventRecord]:
+        """Events of ``topic`` above ``after``, in offset order (a primary key range)."""
+        return [_event(row) for row in await self._db.rows(q.READ_EVENTS, (topic, after, limit))]
+
+    async def get_topic(self, topic: str) -> TopicInfo:
+        """A topic's offsets and retention; an unknown topic is empty (and is not created)."""
+        row = await self._db.one(q.GET_TOPIC, (topic,))
+        return (
+            _topic(row)
+            if row
+            else TopicInfo(name=topic, first_offset=None, last_offset=0, events=0)
+        )
+
+    async def list_topics(self) -> list[TopicInfo]:
+        """Every topic with events or settings, by name."""
+        return [_topic(row) for row in await self._db.rows(q.LIST_TOPICS)]
+
+    async def set_retention(
+        self, topic: str, max_age: float | None, max_events: int | None
+    ) -> None:
+        """Keep events of ``topic`` at most ``max_age`` seconds and ``max_events`` (None: any)."""
+        params = {"topic": topic, "max_age": max_age, "max_events": max_events}
+        await self._db.execute(q.SET_RETENTION, params)
+
+    async def trim(self, now: float) -> int:
+        """Apply every topic's retention in one statement; events of live deliveries stay."""
+        row = await self._db.one(q.TRIM, {"now": now})
+        return int(row[0]) if row else 0
+
+    async def offset_at(self, topic: str, when: float) -> int:
+        """The largest offset of ``topic`` published before ``when`` (0: none)."""
+        row = await self._db.one(q.OFFSET_AT, (topic, when))
+        return int(row[0]) if row else 0
+
+    # -- subscriptions -------------------------------------------------------------------------
+    async def put_subscription(self, spec: SubscriptionSpec, now: float) -> Subscription:
+        """Create or replace a subscription; a new one starts at ``spec.start``.
+
+        Dispatchers are told by the caller (``SUBSCRIPTIONS_CHANNEL``), as for every change
+        of a subscription's definition or state.
+        """
+        if spec.start not in _STARTS:
+            raise InvalidArgumentError(
+                f"subscription {spec.name!r}: start must be 'latest' or 'earliest', "
+                f"not {spec.start!r}"
+            )
+        row = await self._db.one(q.PUT_SUBSCRIPTION, _subscription_params(spec, now))
+        return _subscription(_found(row, spec.name))
+
+    async def get_subscription(self, name: str) -> Subscription:
+        """One subscription, or :class:`~cronbus.errors.SubscriptionNotFoundError`."""
+        return _subscription(_found(await self._db.one(q.GET_SUBSCRIPTION, (name,)), name))
+
+    async def list_subscriptions(self, topic: str | None = None) -> list[Subscription]:
+        """Every subscription (of ``topic``), by name."""
+        if topic is None:
+            rows = await self._db.rows(q.LIST_SUBSCRIPTIONS)
+        else:
+            rows = await self._db.rows(q.LIST_TOPIC_SUBSCRIPTIONS, (topic,))
+        return [_subscription(row) for row in rows]
+
+    async def set_subscription_paused(
+        self, name: str, paused: bool, reason: str | None, now: float
+    ) -> Subscription:
+        """Pause (ending its lease) or resume a subscription."""
+        params = {"name": name, "paused": paused, "reason": reason, "now": now}
+        return _subscription(_found(await self._db.one(q.SET_PAUSED, params), name))
+
+    async def delete_subscription(self, name: str) -> None:
+        """Delete a subscription with its deliveries and their attempts."""
+        async with self._db.transaction() as tx:
+            await tx.queue(q.LOCK_SUBSCRIPTION, (name,))
+            deleting = await tx.queue(q.DELETE_SUBSCRIPTION, {"name": name})
+        _found(await deleting.fetchone(), name)
+
+    async def replay(self, name: str, after: int, now: float) -> Subscription:
+        """Move the cursor to ``after``; the holder matches the events above it again."""
+        if after < 0:
+            raise InvalidArgumentError(f"replay of {name!r}: the offset must be 0 or more")
+        async with self._db.transaction() as tx:
+            moving = await tx.queue(q.REPLAY, {"name": name, "after": after, "now": now})
+            tx.nudges.add(EVENTS_CHANNEL)
+        return _subscription(_found(await moving.fetchone(), name))
+
+    # -- pushers: leases -----------------------------------------------------------------------
+    async def acquire_subscriptions(
+        self, holder: str, now: float, lease_seconds: float, limit: int
+    ) -> list[SubscriptionLease]:
+        """Renew ``holder``'s leases and take free or expired ones up to ``limit`` in all.
+
+        Leases already held are all renewed, even beyond ``limit`` (a lower limit takes no
+        more, and drops none). Two round trips: the reset of a taken subscription's in-flight
+        deliveries reads a snapshot taken after the takeover locked it.
+        """
+        expires = now + lease_seconds
+        params = {"holder": holder, "now": now, "expires": expires, "limit": limit}
+        async with self._db.transaction(durable=False) as tx:
+            rows = await tx.rows(q.ACQUIRE, params)
+            taken = [row[0] for row in rows if row[3]]
+            if taken:
+                await tx.queue(q.RESET_IN_FLIGHT, {"ids": taken, "now": now})
+        leases = [
+            SubscriptionLease(subscription=name, holder=holder, epoch=epoch, expires_at=expires)
+            for _, name, epoch, _ in rows
+        ]
+        return sorted(leases, key=lambda lease: lease.subscription)
+
+    async def release_subscriptions(self, holder: str, names: Sequence[str]) -> None:
+        """Give up leases; the next taker bumps the epoch and finds their pushes pending."""
+        if names:
+            await self._db.execute(q.RELEASE, (holder, list(names)))
+
+    # -- cursors and deliveries (fenced by the lease) ------------------------------------------
+    async def advance(
+        self,
+        lease: SubscriptionLease,
+        cursor: int,
+        deliveries: Sequence[NewDelivery],
+        now: float,
+    ) -> bool:
+        """Record ``deliveries`` and move the cursor in one statement; False if fenced out."""
+        rows = [(d.offset, d.event_id, d.key) for d in deliveries]
+        params = {
+            **_held(lease),
+            **arrays(("offset", "event_id", "key"), rows),
+            "cursor": cursor,
+            "now": now,
+        }
+        async with self._db.transaction(durable=False) as tx:
+            advancing = await tx.queue(q.ADVANCE, params)
+        row = await advancing.fetchone()
+        return bool(row and row[0])
+
+    async def take_deliveries(
+        self, lease: SubscriptionLease, now: float, fresh: int, retry: int
+    ) -> list[Delivery]:
+        """Move due deliveries of both lanes in flight and return them with their events."""
+        if fresh <= 0 and retry <= 0:
+            return []
+        params = {**_held(lease), "now": now, "fresh": max(fresh, 0), "retry": max(retry, 0)}
+        async with self._db.transaction(durable=False) as tx:
+            await tx.queue(q.FENCE, params)
+            taking = await tx.queue(q.TAKE, params)
+        return [_delivery(row) for row in await taking.fetchall()]
+
+    async def finish_deliveries(
+        self, lease: SubscriptionLease, results: Sequence[DeliveryResult], now: float
+    ) -> list[bool]:
+        """Record ended pushes in one statement; only the first result of a delivery in a
+        batch, and only for a delivery still in flight under this lease, is applied."""
+        if not results:
+            return []
+        firsts = _first_results(results)
+        rows = [
+            _finish_row(result, now) for result, first in zip(results, firsts, strict=True) if first
+        ]
+        params = {**_held(lease), **arrays(_FINISH_COLUMNS, rows), "now": now}
+        async with self._db.transaction(durable=False) as tx:
+            await tx.queue(q.FENCE, params)
+            finishing = await tx.queue(q.FINISH, params)
+        done = {row[0] for row in await finishing.fetchall()}
+        return [
+            first and result.delivery_id in done
+            for result, first in zip(results, firsts, strict=True)
+        ]
+
+    async def next_delivery_due(self, subscription: str) -> float | None:
+        """When the earliest pending or retry delivery of ``subscription`` is due."""
+        row = await self._db.one(q.NEXT_DUE, (subscription,))
+        return None if row is None or row[0] is None else float(row[0])
+
+    async def get_delivery(self, delivery_id: int) -> Delivery:
+        """One delivery with its event, or :class:`~cronbus.errors.DeliveryNotFoundError`."""
+        row = await self._db.one(q.GET_DELIVERY, (delivery_id,))
+        if row is None:
+            raise DeliveryNotFoundError(f"no delivery has id {delivery_id}")
+        return _delivery(row)
+
+    async def list_deliveries(self, filter: DeliveryFilter) -> list[Delivery]:
+        """Deliveries matching ``filter``, newest first, without their events."""
+        values = {
+            "subscription": filter.subscription,
+            "states": [state.value for state in filter.states] or None,
+        }
+        given = {name: value for name, value in values.items() if value is not None}
+        where = " AND ".join(q.DELIVERY_FILTERS[name] for name in given)
+        query = q.LIST_DELIVERIES + (f" WHERE {where}" if where else "") + q.LIST_DELIVERIES_ORDER
+        rows = await self._db.rows(query, [*given.values(), filter.limit])
+        return [_delivery(row) for row in rows]
+
+    async def list_delivery_attempts(self, delivery_id: int) -> list[DeliveryAttempt]:
+        """A delivery's attempts, oldest first."""
+        return [_attempt(row) for row in await self._db.rows(q.LIST_ATTEMPTS, (delivery_id,))]
+
+    async def count_deliveries(self, subscription: str) -> dict[DeliveryState, int]:
+        """How many deliveries of ``subscription`` are in each state."""
+        rows = await self._db.rows(q.COUNT_DELIVERIES, (subscription,))
+        return {DeliveryState(state): count for state, count in rows}
+
+    async def requeue_deliveries(
+        self, delivery_ids: Sequence[int] | None, now: float, subscription: str | None = None
+    ) -> list[int]:
+        """Push dead deliveries again, due now with a fresh attempt budget; return their ids."""
+        values = {
+            "ids": list(delivery_ids) if delivery_ids is not None else None,
+            "subscription": subscription,
+        }
+        given = {name: value for name, value in values.items() if value is not None}
+        query = "".join(f" AND {q.REQUEUE_FILTERS[name]}" for name in given)
+        async with self._db.transaction() as tx:
+            rows = await tx.rows(
+                q.REQUEUE + query + q.REQUEUE_RETURNING, [now, now, *given.values()]
+            )
+            if rows:
+                tx.nudges.add(EVENTS_CHANNEL)
+        return sorted(row[0] for row in rows)
+
+
+# -- parameters ----------------------------------------------------------------------------------
+_APPEND_COLUMNS = (
+    "event_id",
+    "type",
+    "source",
+    "subject",
+    "time",
+    "datacontenttype",
+    "key",
+    "data",
+)
+_FINISH_COLUMNS = (
+    "id",
+    "source",
+    "state",
+    "due_at",
+    "spent",
+    "outcome",
+    "started_at",
+    "finished_at",
+    "status",
+    "error",
+    "response",
+)
+
+
+def _append_params(topic: str, events: Sequence[NewEvent], now: float) -> dict[str, Any]:
+    rows = [
+        (e.id, e.type, e.source, e.subject, e.time, e.datacontenttype, e.key, e.data_json)
+        for e in events
+    ]
+    return {**arrays(_APPEND_COLUMNS, rows), "topic": topic, "now": now}
+
+
+def _subscription_params(spec: SubscriptionSpec, now: float) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "topic": spec.topic,
+        "target": Jsonb(spec.target),
+        "filter": Jsonb(spec.filter),
+        "policy": Jsonb(spec.policy.to_json()),
+        "origin": spec.origin.value,
+        "start": spec.start,
+        "earliest": spec.start == "earliest",
+        "now": now,
+    }
+
+
+def _held(lease: SubscriptionLease) -> dict[str, Any]:
+    """The fence: the lease's subscription, holder and epoch."""
+    return {"name": lease.subscription, "holder": lease.holder, "epoch": lease.epoch}
+
+
+def _first_results(results: Sequence[DeliveryResult]) -> list[bool]:
+    """Which results are the first of their delivery in the batch (only those can apply)."""
+    seen: set[int] = set()
+    firsts = []
+    for result in results:
+        firsts.append(result.delivery_id not in seen)
+        seen.add(result.delivery_id)
+    return firsts
+
+
+def _finish_row(result: DeliveryResult, now: float) -> Row:
+    """A result as ``FINISH``'s row: the state machine decides where the delivery goes.
+
+    A lost push goes back to pending and spends nothing, whatever ``spend_attempt`` says.
+    """
+    outcome = result.outcome
+    due_at: float | None = None
+    if outcome is DeliveryOutcome.ACKED:
+        event = DeliveryEvent.ACK
+    elif outcome is DeliveryOutcome.LOST:
+        event, due_at = DeliveryEvent.LOSE, result.retry_at if result.retry_at is not None else now
+    elif result.retry_at is not None:
+        event, due_at = DeliveryEvent.FAIL, result.retry_at
+    else:
+        event = DeliveryEvent.GIVE_UP
+    spent = result.spend_attempt and outcome is not DeliveryOutcome.LOST
+    return (
+        result.delivery_id,
+        _PUSHED.value,
+        transition(_PUSHED, event).value,
+        due_at,
+        int(spent),
+        outcome.value,
+        result.started_at,
+        result.finished_at,
+        result.status,
+        result.error,
+        result.response,
+    )
+
+
+# -- rows ----------------------------------------------------------------------------------------
+def _found(row: Row | None, name: str) -> Row:
+    if row is None:
+        raise SubscriptionNotFoundError(f"no subscription named {name!r}")
+    return row
+
+
+def _event(row: Row) -> EventRecord:
+    """A row of ``EVENT_COLUMNS``."""
+    return EventRecord(
+        topic=row[0],
+        offset=row[1],
+        id=row[2],
+        type=row[3],
+        source=row[4],
+        subject=row[5],
+        time=row[6],
+        datacontenttype=row[7],
+        data_json=row[8],
+        key=row[9],
+        published_at=row[10],
+    )
+
+
+def _topic(row: Row) -> TopicInfo:
+    return TopicInfo(
+        name=row[0],
+        first_offset=row[1],
+        last_offset=row[2],
+        events=row[3],
+        max_age=row[4],
+        max_events=row[5],
+    )
+
+
+def _subscription(row: Row) -> Subscription:
+    """A row of ``SUBSCRIPTION_COLUMNS`` (target, filter and policy come decoded from jsonb)."""
+    spec = SubscriptionSpec(
+        name=row[1],
+        topic=row[2],
+        target=row[3],
+        filter=row[4],
+        policy=DeliveryPolicy.from_json(row[5]),
+        origin=Origin(row[6]),
+        start=row[7],
+    )
+    return Subscription(
+        spec=spec,
+        id=row[0],
+        cursor=row[10],
+        paused=row[8],
+        disabled_reason=row[9],
+        holder=row[11],
+        lease_expires_at=row[12],
+        created_at=row[13],
+        updated_at=row[14],
+    )
+
+
+def _delivery(row: Row) -> Delivery:
+    """A row of ``DELIVERY_COLUMNS``, followed by ``EVENT_COLUMNS`` when it has its event."""
+    has_event = len(row) > 14 and row[14] is not None
+    return Delivery(
+        id=row[0],
+        subscription=row[1],
+        topic=row[2],
+        offset=row[3],
+        event_id=row[4],
+        key=row[5],
+        state=DeliveryState(row[6]),
+        attempts=row[7],
+        due_at=row[8],
+        created_at=row[9],
+        updated_at=row[10],
+        last_status=row[11],
+        last_error=row[12],
+        last_response=row[13],
+        event=_event(row[14:]) if has_event else None,
+    )
+
+
+def _attempt(row: Row) -> DeliveryAttempt:
+    return DeliveryAttempt(
+        delivery_id=row[0],
+        number=row[1],
+        outcome=DeliveryOutcome(row[2]),
+        started_at=row[3],
+        finished_at=row[4],
+        status=row[5],
+        error=row[6],
+        response=row[7],
+    )

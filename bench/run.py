@@ -1,5 +1,5 @@
-"""Run every benchmark in sequence (defer, throughput, latency, precision, scale) and print a
-summary table.
+"""Run every benchmark in sequence (defer, throughput, latency, precision, scale, delivery) and
+print a summary table.
 
 The sizes are moderate, so the whole run stays under about four minutes on a 2-core machine.
 Each benchmark can also be run on its own, with more options: see ``bench/README.md`` or
@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 import defer
+import delivery
 import latency
 import precision
 import scale
@@ -43,6 +44,10 @@ PLAN: dict[str, tuple[Main, list[str]]] = {
         scale.main,
         ["--jobs", "100000", "--idle-seconds", "5", "--fire-jobs", "5000", "--fire-seconds", "5"],
     ),
+    "delivery": (
+        delivery.main,
+        ["--single", "2000", "--bulk", "50000", "--deliveries", "20000", "--samples", "500"],
+    ),
 }
 QUICK: dict[str, list[str]] = {
     "defer": ["--single", "500", "--bulk", "10000", "--sync", "500"],
@@ -61,6 +66,18 @@ QUICK: dict[str, list[str]] = {
         "--fire-seconds",
         "3",
         "--no-startup-sync",
+    ],
+    "delivery": [
+        "--single",
+        "500",
+        "--bulk",
+        "10000",
+        "--deliveries",
+        "3000",
+        "--samples",
+        "100",
+        "--warmup",
+        "10",
     ],
 }
 

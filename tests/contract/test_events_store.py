@@ -377,8 +377,12 @@ async def test_replay_moves_the_cursor_back(es: EventStore) -> None:
     lease = await hold(es)
     await record(es, lease, [1, 2, 3])
     replayed = await es.replay("s", after=1, now=T0 + 1)
-    assert replayed.cursor == 1
-    # The holder matches events 2 and 3 again and records new deliveries for them.
+    assert (replayed.cursor, replayed.holder) == (1, None)
+    # The old holder is fenced: its in-memory cursor cannot overwrite the replayed one.
+    stale = [NewDelivery(offset=3, event_id="e3", key=None)]
+    assert not await es.advance(lease, 3, stale, T0 + 1)
+    # The next holder matches events 2 and 3 again and records new deliveries for them.
+    lease = await hold(es)
     await record(es, lease, [2, 3])
     listed = await es.list_deliveries(DeliveryFilter(subscription="s"))
     assert sorted(d.offset for d in listed) == [1, 2, 2, 3, 3]

@@ -16,7 +16,7 @@ from .events import events
 from .jobs import jobs
 from .loading import CronbusGroup
 from .migrate import migrate
-from .roles import scheduler, server, worker
+from .roles import dispatcher, scheduler, server, worker
 from .runs import defer, runs
 from .subs import subs
 from .workers import workers
@@ -36,7 +36,20 @@ def cronbus() -> None:
     """
 
 
-for command in (server, worker, scheduler, jobs, runs, dlq, defer, workers, events, subs, migrate):
+for command in (
+    server,
+    worker,
+    scheduler,
+    dispatcher,
+    jobs,
+    runs,
+    dlq,
+    defer,
+    workers,
+    events,
+    subs,
+    migrate,
+):
     cronbus.add_command(command)
 
 

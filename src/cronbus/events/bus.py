@@ -339,9 +339,7 @@ class Subscriptions:
         else:
             assert since is not None
             after = await self.store.offset_at(sub.topic, since)
-        replayed = await self.store.replay(name, after, self.app.clock.now())
-        await self.app.store.notify([EVENTS_CHANNEL])
-        return replayed
+        return await self._changed(await self.store.replay(name, after, self.app.clock.now()))
 
     async def deliveries(
         self, name: str | None = None, *, states: Sequence[str] = (), limit: int = 100

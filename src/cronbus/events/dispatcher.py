@@ -145,7 +145,15 @@ class Dispatcher:
         for name, lease in held.items():
             sub = subs.get(name)
             pusher = self.pushers.get(name)
-            if pusher is not None and sub is not None and pusher.sub.spec == sub.spec:
+            # A new epoch (the lease was let go by a pause or a replay, then taken again) means
+            # a new pusher, from the stored cursor.
+            if (
+                pusher is not None
+                and sub is not None
+                and pusher.sub.spec == sub.spec
+                and pusher.running
+                and pusher.lease.epoch == lease.epoch
+            ):
                 pusher.lease = lease
                 continue
             if pusher is not None:
@@ -196,6 +204,7 @@ class Pusher:
         self.ended: list[DeliveryResult] = []
         self.gone = False
         self._backlog = True
+        self._retries_waiting = True
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -210,9 +219,15 @@ class Pusher:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"push:{self.name}")
 
     def wake(self) -> None:
-        """New events or due deliveries may be there."""
+        """New events or due deliveries (a requeue) may be there."""
         self._backlog = True
+        self._retries_waiting = True
         self._wake.set()
+
+    @property
+    def running(self) -> bool:
+        """False once the loop ended (lease lost, subscription disabled)."""
+        return self._task is not None and not self._task.done()
 
     async def stop(self, *, flush: bool) -> None:
         """Stop pushing; with ``flush``, wait briefly for pushes in flight and record them."""
@@ -314,16 +329,24 @@ class Pusher:
         if free <= 0:
             return
         retry_cap = max(1, int(limit * RETRY_SHARE))
-        retry = max(0, min(free, retry_cap - self.retries_in_flight))
-        fresh = free if retry == 0 else max(free - retry, 0)
-        taken = await self.dispatcher.store.take_deliveries(self.lease, now, fresh, retry)
-        if len(taken) < fresh + retry:
-            self._backlog = False
-            # Slots held back for retries that were not there go to fresh deliveries.
-            spare = fresh + retry - len(taken)
-            if retry and spare and sum(1 for d in taken if d.attempts == 0) == fresh:
-                more = await self.dispatcher.store.take_deliveries(self.lease, now, spare, 0)
+        # Retries get at most their share of the slots; when none are waiting, none are kept.
+        retry = min(free, retry_cap - self.retries_in_flight) if self._retries_waiting else 0
+        retry = max(0, retry)
+        fresh = free - retry
+        store = self.dispatcher.store
+        taken = await store.take_deliveries(self.lease, now, fresh, retry)
+        got_retry = sum(1 for d in taken if d.attempts > 0)  # retries have spent one
+        got_fresh = len(taken) - got_retry
+        if got_retry < retry:
+            self._retries_waiting = False
+            if got_fresh == fresh:
+                # Slots kept for retries that were not due go to fresh deliveries.
+                more = await store.take_deliveries(self.lease, now, retry - got_retry, 0)
                 taken += more
+                fresh += retry - got_retry
+                got_fresh += len(more)
+        # Something may be left when a lane filled every slot it was offered.
+        self._backlog = (fresh > 0 and got_fresh >= fresh) or (retry > 0 and got_retry >= retry)
         self.rate.refund(free - len(taken))  # tokens that found nothing to push
         for delivery in taken:
             self.breaker.started(now)
@@ -384,6 +407,7 @@ class Pusher:
         if result.gone:
             # Not the event's fault: keep it, due at once, for when the subscription resumes.
             self.gone = True
+            self._retries_waiting = True
             return replace(recorded, outcome=outcome, retry_at=finished, spend_attempt=False)
         self.breaker.failed(finished)
         attempt = delivery.attempts + 1
@@ -392,6 +416,7 @@ class Pusher:
         delay = retry_delay(self.policy, attempt, random.random())
         if result.retry_after is not None:
             delay = max(delay, result.retry_after)
+        self._retries_waiting = True
         return replace(recorded, outcome=outcome, retry_at=finished + delay)
 
     async def _idle_timeout(self, now: float) -> float:
@@ -406,6 +431,8 @@ class Pusher:
             due = await self.dispatcher.store.next_delivery_due(self.name)
             if due is not None:
                 timeout = min(timeout, max(0.0, due - now))
+                # What comes due may be a retry: offer the retry lane again then.
+                self._retries_waiting = True
                 if due <= now:
                     self._backlog = True
         elif self._backlog and probe is None and self.rate.rate is None:

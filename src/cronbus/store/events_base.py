@@ -104,7 +104,10 @@ class EventStore(Protocol):
 
     async def replay(self, name: str, after: int, now: float) -> Subscription:
         """Move the cursor back (or on) to ``after``: events above it are matched and pushed
-        again, through the same machinery, as new deliveries."""
+        again, through the same machinery, as new deliveries.
+
+        The lease is let go, fencing the holder: the next holder starts from ``after``.
+        """
         ...
 
     # -- pushers: leases -----------------------------------------------------------------------

@@ -187,8 +187,12 @@ UPDATE subscriptions SET paused = %(paused)s, disabled_reason = %(reason)s,
 WHERE name = %(name)s
 RETURNING {SUBSCRIPTION_COLUMNS}
 """
+# A replay also lets go of the lease: the holder is fenced, and whoever takes the subscription
+# next starts from the replayed cursor (an in-memory cursor must not overwrite it).
 REPLAY = f"""
-UPDATE subscriptions SET cursor = %(after)s, updated_at = %(now)s WHERE name = %(name)s
+UPDATE subscriptions SET cursor = %(after)s, updated_at = %(now)s, holder = NULL,
+    lease_expires_at = NULL
+WHERE name = %(name)s
 RETURNING {SUBSCRIPTION_COLUMNS}
 """
 # Locked first, in a statement of its own: DELETE_SUBSCRIPTION's snapshot then holds every

@@ -112,7 +112,12 @@ DELETE FROM delivery_attempts WHERE delivery_id IN (
     SELECT id FROM deliveries WHERE subscription_id = ?)
 """
 DELETE_SUBSCRIPTION_DELIVERIES = "DELETE FROM deliveries WHERE subscription_id = ?"
-REPLAY = "UPDATE subscriptions SET cursor = ?, updated_at = ? WHERE name = ?"
+# A replay also lets go of the lease: the holder is fenced, and whoever takes the subscription
+# next starts from the replayed cursor (an in-memory cursor must not overwrite it).
+REPLAY = """
+UPDATE subscriptions SET cursor = ?, updated_at = ?, holder = NULL, lease_expires_at = NULL
+WHERE name = ?
+"""
 
 # -- leases --------------------------------------------------------------------------------------
 # A holder renews its own leases even after they expired, as long as nobody took them over:

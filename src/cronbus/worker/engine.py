@@ -29,6 +29,7 @@ from ..states import AttemptOutcome
 from ..store import CONTROL_CHANNEL, RUNS_CHANNEL, Listener, Store
 from . import capture
 from .execution import CANCELLED, LOST, SHUTDOWN, Executor
+from .outcomes import RunEvents
 
 if TYPE_CHECKING:
     from ..app import App
@@ -69,6 +70,7 @@ class Worker:
         self._hurry = asyncio.Event()
         self._wake = asyncio.Event()
         self._rotation = 0
+        self.run_events = RunEvents(app)
         self.executor = Executor(
             app.tasks,
             clock=app.clock,
@@ -117,6 +119,7 @@ class Worker:
         try:
             await self._claim_loop()
             await self._drain()
+            await self.run_events.drain()
         finally:
             for helper in helpers:
                 helper.cancel()
@@ -181,6 +184,7 @@ class Worker:
                 await asyncio.sleep(pause)
                 continue
             _report_all(ended, done)
+            self.run_events.ended(ended, done)
             return
         log.error(
             "gave up recording %d outcomes; their leases will expire and the runs be requeued",
@@ -241,6 +245,7 @@ class Worker:
             [outcome for _, outcome in ended], request, self.app.clock.now()
         )
         _report_all(ended, done)
+        self.run_events.ended(ended, done)
         return claimed
 
     async def _idle_timeout(self) -> float:

@@ -125,6 +125,7 @@ class Db:
     table, sessions, counts over every run. It reconnects once if the server went away."""
 
     def __init__(self, url: str) -> None:
+        self.url = url
         self.schema = schema_of(url)
         self._conn: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
 

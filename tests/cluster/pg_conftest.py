@@ -4,7 +4,7 @@ Every process gets its own ``application_name`` (``cronbus-<name>``), so a test 
 sessions in ``pg_stat_activity``; tasks of ``apps.cluster_app`` write each execution to the
 schema's ``executions`` table, which the test reads through :class:`Db`.
 
-Test modules import the fixtures they use (``pg_url``, ``db``, ``cluster``, ``cluster_app``).
+Test modules import the fixtures they use (``pg_url``, ``db``, ``cluster``, ``pg_app``).
 """
 
 from __future__ import annotations

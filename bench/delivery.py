@@ -16,14 +16,16 @@ Figures:
   (``start="earliest"``, ``max_in_flight=--max-in-flight``) is added and the dispatcher process
   started; the figure is acked deliveries / (last attempt's end - first attempt's start), read
   from the store's ``delivery_attempts`` table (target: at least 2,000/s). The settings also
-  show the receiver's first-to-last arrival rate and the dispatcher's CPU.
+  show the receiver's first-to-last arrival rate and the dispatcher process's CPU (% of one
+  core, and milliseconds per delivery: the figure to watch on a busy machine).
 * ``publish-to-delivery``: with the dispatcher idle, one event is published every ~20 ms
   (a random pause of ``--pause-min``-``--pause-max`` after each publish returns), and the
   latency is the receiver's arrival time minus the time just before the publish call (both
   ``time.time()`` on this machine); p50, p99 (target: under 25 ms) and max.
-* ``fast target with a slow one``: the same, after a second subscription on the same topic
-  whose receiver answers after ``--slow`` seconds (1 s) has been added; the fast target's p99
-  should stay within twice its p99 alone (the target printed is 2 x the measured p99 alone).
+* ``fast with slow``: the same, after a second subscription on the same topic whose receiver
+  answers after ``--slow`` seconds (1 s) has been added; ``fast p99 with slow / alone`` is the
+  fast target's p99 now over its p99 alone (target: at most 2). With few samples a p99 is
+  about the worst few, so take ``--samples`` 500 or more before reading much into the ratio.
 
 Stores: by default each measurement gets a fresh SQLite file. With ``--store postgresql://...``
 each measurement gets a fresh schema (the URL's ``schema`` with a random suffix), dropped after.
@@ -226,6 +228,7 @@ async def _throughput(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "duplicates": len(ids) - len(set(ids)),
         "receiver_rate": round(len(times) / (max(times) - min(times))) if times else 0,
         "dispatcher_cpu_pct": round(100 * cpu / wall),
+        "dispatcher_cpu_ms_per_delivery": round(1000 * cpu / max(1, attempts), 3),
         "not_acked": {k.value: v for k, v in counts.items() if k is not DeliveryState.ACKED},
     }
 
@@ -396,12 +399,8 @@ def _latency_figures(stores: Stores, args: argparse.Namespace, rep: int) -> list
             "min_ms": round(min(values), 3),
             "mean_ms": round(sum(values) / len(values), 3),
         }
-        target = LATENCY_TARGET_MS
         if label == "with slow":
-            target = SLOW_FACTOR * alone_p99
             settings["slow_s"] = args.slow
-            settings["alone_p99_ms"] = round(alone_p99, 3)
-            settings["ratio"] = round(percentile(values, 99) / alone_p99, 2)
             settings["slow_received"] = result["slow_received"]
             settings["slow_in_flight"] = result["slow_in_flight"]
         group = [
@@ -412,11 +411,20 @@ def _latency_figures(stores: Stores, args: argparse.Namespace, rep: int) -> list
                 "ms",
                 settings,
                 higher_is_better=False,
-                target=target if stat == "p99" else None,
+                target=LATENCY_TARGET_MS if label == "alone" and stat == "p99" else None,
             )
             for stat, pct in (("p50", 50.0), ("p99", 99.0), ("max", 100.0))
         ]
         figures.extend(report_group(title, group))
+        if label == "with slow":
+            # A ratio has a fixed target, so repetitions combine into a median like the rest.
+            ratio = percentile(values, 99) / alone_p99
+            extra = {"alone_p99_ms": round(alone_p99, 3), **settings}
+            name = "fast p99 with slow / alone"
+            figure = Figure(
+                BENCH, name, ratio, "x", extra, higher_is_better=False, target=SLOW_FACTOR
+            )
+            figures.append(report(figure))
     return figures
 
 

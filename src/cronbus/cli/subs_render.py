@@ -127,6 +127,7 @@ def subscription_state(sub: Subscription) -> str:
 
 
 def state_text(sub: Subscription) -> Text:
+    """The subscription's state (active, paused, disabled with its reason), styled."""
     state = subscription_state(sub)
     text = Text(state, style=_STATE_STYLES[state])
     if sub.disabled_reason:
@@ -163,6 +164,7 @@ def filter_summary(spec: dict[str, Any]) -> str:
 
 
 def print_subs(seen: Sequence[Seen]) -> None:
+    """Print subscriptions as a table, with their lag behind the topic's end."""
     columns = ("NAME", "TOPIC", "TARGET", "FILTER", "STATE", "CURSOR", "LAG", "HOLDER")
     rows = table(*columns, right=("CURSOR", "LAG"), wrap=("TARGET", "FILTER"))
     for s in seen:
@@ -180,6 +182,7 @@ def print_subs(seen: Sequence[Seen]) -> None:
 
 
 def subscription_fields(seen: Seen, counts: dict[str, int]) -> Table:
+    """Every field of one subscription, with its delivery counts, as a grid."""
     sub = seen.sub
     policy = sub.spec.policy
     grid = Table.grid(padding=(0, 2))

@@ -342,3 +342,19 @@ async def test_bad_subscriptions_are_refused_at_the_edge(bus: App) -> None:
     with pytest.raises(InvalidArgumentError, match="exists"):
         await bus.subscriptions.add("x", topic="t", webhook="http://127.0.0.1:1/")
     assert [s.name for s in await bus.subscriptions.list()] == ["x"]
+
+
+async def test_a_dispatcher_applies_retention(bus: App) -> None:
+    await publish(bus, "logs", orders(10))
+    await bus.events.set_retention("logs", max_events=3)
+    running = Running(bus)
+    try:
+
+        async def trimmed() -> bool:
+            return (await bus.events.topic("logs")).events == 3
+
+        await until(trimmed, timeout=10)
+    finally:
+        await running.stop()
+    kept = await bus.events.read("logs", after=0)
+    assert [e.offset for e in kept] == [8, 9, 10]

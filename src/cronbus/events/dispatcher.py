@@ -53,6 +53,8 @@ log = logging.getLogger("cronbus.dispatcher")
 RETRY_SHARE = 0.25
 """The share of a pusher's slots that retries may use; the rest is kept for fresh deliveries."""
 _STORE_RETRY = 1.0
+TRIM_SECONDS = 60.0
+"""How often a dispatcher applies the topics' retention."""
 
 
 class Dispatcher:
@@ -107,12 +109,15 @@ class Dispatcher:
             if self.app.code_subscriptions:
                 await self.app.subscriptions.sync()
             loop = asyncio.get_running_loop()
-            balance_at = loop.time()
+            balance_at = trim_at = loop.time()
             while not stopping.is_set():
                 if loop.time() >= balance_at:
                     balance_at = loop.time() + self.lease_seconds / 3
                     try:
                         await self._balance()
+                        if loop.time() >= trim_at:
+                            trim_at = loop.time() + TRIM_SECONDS
+                            await self._trim()
                     except Exception:
                         log.exception("renewing subscription leases failed; trying again")
                         balance_at = loop.time() + _STORE_RETRY
@@ -174,6 +179,12 @@ class Dispatcher:
             pusher = Pusher(self, lease, sub, target)
             self.pushers[name] = pusher
             pusher.start()
+
+    async def _trim(self) -> None:
+        """Apply topics' retention (every dispatcher does; a second pass finds nothing)."""
+        removed = await self.store.trim(self.app.clock.now())
+        if removed:
+            log.info("retention removed %d events", removed, extra={"action": "events.trim"})
 
     async def _stop_all(self) -> None:
         names = list(self.pushers)

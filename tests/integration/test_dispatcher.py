@@ -358,3 +358,55 @@ async def test_a_dispatcher_applies_retention(bus: App) -> None:
         await running.stop()
     kept = await bus.events.read("logs", after=0)
     assert [e.offset for e in kept] == [8, 9, 10]
+
+
+async def test_a_flaky_target_gets_every_event_after_retries(
+    bus: App, targets: Targets, dispatch: Running
+) -> None:
+    hook = targets.on("/flaky", flaky(2))
+    await bus.subscriptions.add(
+        "flaky", topic="t", webhook=hook, circuit_failures=100, **FAST_BACKOFF
+    )
+    events = orders(10)
+    await publish(bus, "t", events)
+    await until(lambda: _acked(bus, "flaky", 10), timeout=20)
+    assert sorted(targets.ids("/flaky")) == sorted(e.id for e in events)
+    assert len(targets.received["/flaky"]) == 30  # two failures, then a success, per event
+    (delivery, *_) = await bus.subscriptions.deliveries("flaky")
+    attempts = await bus.subscriptions.attempts(delivery.id)
+    assert [a.status for a in attempts] == [500, 500, 200]
+    assert all(a.finished_at >= a.started_at for a in attempts)  # latency is recorded
+
+
+async def test_a_rate_limit_spaces_deliveries_without_spending_attempts(
+    bus: App, targets: Targets, dispatch: Running
+) -> None:
+    await bus.subscriptions.add("paced", topic="t", webhook=targets.url("/paced"), rate_limit=10)
+    await publish(bus, "t", orders(20))
+    await until(lambda: _acked(bus, "paced", 20), timeout=20)
+    arrivals = [r.at for r in targets.received["/paced"]]
+    # A burst of 10, then 10 more at 10 per second: about a second in all, never much faster.
+    assert arrivals[-1] - arrivals[0] >= 0.85
+    deliveries = await bus.subscriptions.deliveries("paced")
+    assert {d.attempts for d in deliveries} == {1}
+
+
+async def test_pull_by_cursor_with_long_polling(bus: App) -> None:
+    first = await publish(bus, "pull", orders(3))
+    events = await bus.events.read("pull", after=0, limit=2)
+    assert [e.offset for e in events] == [1, 2]
+    assert [e.id for e in events] == list(first)[:2]
+    rest = await bus.events.read("pull", after=events[-1].offset)
+    assert [e.offset for e in rest] == [3]
+
+    async def later() -> None:
+        await asyncio.sleep(0.3)
+        await publish(bus, "pull", orders(1))
+
+    started = time.monotonic()
+    publishing = asyncio.create_task(later())
+    waited = await bus.events.read("pull", after=3, wait=10)
+    await publishing
+    assert [e.offset for e in waited] == [4]
+    assert time.monotonic() - started < 5  # woken by the publish, not by the end of the wait
+    assert await bus.events.read("pull", after=4, wait=0.2) == []

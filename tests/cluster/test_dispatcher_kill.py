@@ -51,7 +51,7 @@ KILL_AT = EVENTS // 3
 TOPIC = "orders"
 SUB = "orders-hook"
 PATH = "/hook"
-FINISH_SECONDS = 45.0
+FINISH_SECONDS = 60.0
 SETTLE_SECONDS = 0.3
 """The server's count must hold still this long after the kill before it is read: requests
 the dead process had already written may still be in the server's socket buffer."""

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import httpx
+import aiohttp
 
 from ..store.base import Listener
 from ..store.events_base import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore
@@ -80,7 +80,7 @@ class Dispatcher:
         self.slots = asyncio.Semaphore(pool)
         self.pushers: dict[str, Pusher] = {}
         self.handlers: Mapping[str, Handler] = app.handlers
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
 
     @property
     def store(self) -> EventStore:
@@ -88,8 +88,8 @@ class Dispatcher:
         return self.app.store  # type: ignore[return-value]
 
     @property
-    def client(self) -> httpx.AsyncClient:
-        """The HTTP client every webhook target shares (one connection pool)."""
+    def client(self) -> aiohttp.ClientSession:
+        """The HTTP session every webhook target shares (one pool of keep-alive connections)."""
         if self._client is None:
             raise RuntimeError("the dispatcher is not running")
         return self._client
@@ -100,8 +100,13 @@ class Dispatcher:
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Hold and push subscriptions until ``stopping`` is set, then let go of them."""
-        limits = httpx.Limits(max_connections=self.pool, max_keepalive_connections=self.pool)
-        self._client = httpx.AsyncClient(limits=limits, timeout=None)
+        # Timeouts are the dispatcher's (asyncio.timeout per push); cookies are not shared
+        # between targets.
+        self._client = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.pool, limit_per_host=0),
+            timeout=aiohttp.ClientTimeout(total=None),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
         listener = await self.app.store.listen([EVENTS_CHANNEL])
         changes = await self.app.store.listen([SUBSCRIPTIONS_CHANNEL])
         log.info("dispatcher %s started", self.id, extra={"action": "dispatcher.start"})
@@ -133,7 +138,7 @@ class Dispatcher:
             await self._stop_all()
             await listener.close()
             await changes.close()
-            await self._client.aclose()
+            await self._client.close()
             log.info("dispatcher %s stopped", self.id, extra={"action": "dispatcher.stop"})
 
     async def _balance(self) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
+import aiohttp
 
 from ..errors import InvalidArgumentError, UnknownTaskError
 from ..model import NewRun
@@ -110,7 +110,7 @@ def check_target(target: Mapping[str, Any]) -> dict[str, Any]:
 class WebhookTarget:
     """POSTs the CloudEvents JSON, signed as Standard Webhooks define it; 2xx acknowledges."""
 
-    def __init__(self, client: httpx.AsyncClient, target: Mapping[str, Any]) -> None:
+    def __init__(self, client: aiohttp.ClientSession, target: Mapping[str, Any]) -> None:
         self.client = client
         self.url: str = target["url"]
         self.headers: dict[str, str] = dict(target.get("headers") or {})
@@ -125,11 +125,14 @@ class WebhookTarget:
         else:
             headers["webhook-id"] = event.id
         try:
-            response = await self.client.post(self.url, content=body, headers=headers)
-        except httpx.HTTPError as exc:
+            async with self.client.post(self.url, data=body, headers=headers) as response:
+                status = response.status
+                # A snippet is enough; a longer body closes the connection instead of being read.
+                raw = await response.content.read(SNIPPET)
+                asked = response.headers.get("retry-after")
+        except (aiohttp.ClientError, OSError) as exc:
             return PushResult(ok=False, error=f"{type(exc).__name__}: {exc}"[:SNIPPET])
-        status = response.status_code
-        snippet = response.text[:SNIPPET] if response.content else None
+        snippet = raw.decode("utf-8", "replace") if raw else None
         if 200 <= status < 300:
             return PushResult(ok=True, status=status, response=snippet)
         return PushResult(
@@ -137,9 +140,7 @@ class WebhookTarget:
             status=status,
             response=snippet,
             error=f"HTTP {status}",
-            retry_after=retry_after(response.headers.get("retry-after"), _now())
-            if status in (429, 503)
-            else None,
+            retry_after=retry_after(asked, _now()) if status in (429, 503) else None,
             gone=status == 410,
         )
 
@@ -202,7 +203,7 @@ def build_target(
     spec: SubscriptionSpec,
     *,
     app: App,
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     handlers: Mapping[str, Handler],
 ) -> Target | None:
     """The target of a subscription, or None when this process cannot push to it (a handler

@@ -34,9 +34,18 @@ class Settings:
     """A retry waiting longer than this is served like fresh work, so it cannot starve."""
     log_limit: int = 64 * 1024
     """Bytes of logs and stdout kept per attempt."""
+    dispatcher_pool: int = 64
+    """Pushes a dispatcher runs at once, shared fairly by the subscriptions it holds."""
+    dispatcher_lease_seconds: float = 15.0
+    """A subscription's pusher belongs to its dispatcher this long past the last renewal."""
 
     def __post_init__(self) -> None:
-        for name in ("lease_seconds", "poll_seconds", "retry_aging_seconds"):
+        for name in (
+            "lease_seconds",
+            "poll_seconds",
+            "retry_aging_seconds",
+            "dispatcher_lease_seconds",
+        ):
             _positive(name, getattr(self, name))
         _positive("grace_seconds", self.grace_seconds, allow_zero=True)
         if not 0 < self.heartbeat_fraction <= 0.5:
@@ -44,7 +53,7 @@ class Settings:
                 f"heartbeat_fraction must be in (0, 0.5], got {self.heartbeat_fraction}: "
                 "a lease needs at least two heartbeats to survive one late one"
             )
-        for name in ("concurrency", "max_lost", "log_limit"):
+        for name in ("concurrency", "max_lost", "log_limit", "dispatcher_pool"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be at least 1, got {getattr(self, name)}")
 

@@ -2,7 +2,7 @@
 lost, and only what it had in flight is pushed again. On SQLite and on PostgreSQL.
 
 The webhook is a loopback server in the test process that records the ``webhook-id`` (the event
-id) of every request. A first dispatcher (``apps.run_dispatcher``, a 2 s lease) pushes until
+id) of every request. A first dispatcher (``cronbus dispatcher`` with a 2 s lease) pushes until
 about a third of the events have arrived and is killed; the store is then frozen (nobody holds
 the lease), and the test reads what it held: the deliveries ``in_flight``, and which events the
 server received without the store having recorded them as acked. A second dispatcher takes the
@@ -58,7 +58,8 @@ the dead process had already written may still be in the server's socket buffer.
 
 
 class Dispatchers:
-    """``apps.run_dispatcher`` processes on one store; none outlives the test."""
+    """``cronbus dispatcher`` processes on one store, with a short lease; none outlives the
+    test."""
 
     def __init__(self, url: str, logs: Path) -> None:
         self.url = url
@@ -69,9 +70,11 @@ class Dispatchers:
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+            "CRONBUS_DISPATCHER_LEASE_SECONDS": LEASE,
+            "CRONBUS_POLL_SECONDS": "1",
         }
-        command = [sys.executable, "-m", "apps.run_dispatcher", "--store", self.url]
-        command += ["--lease", LEASE]
+        command = [sys.executable, "-m", "cronbus", "dispatcher", "--app", "apps.dispatch_app:app"]
+        command += ["--store", self.url, "--log-level", "INFO"]
         with open(self.logs / f"{name}.log", "wb") as log:
             proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(proc)

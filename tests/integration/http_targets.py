@@ -1,7 +1,7 @@
 """Real HTTP servers on loopback for webhook tests: fast, slow, failing, flaky, 429 and 410.
 
-One asyncio server speaks enough HTTP/1.1 (keep-alive, Content-Length bodies) for the webhook client; each
-path picks a behaviour, and every request is recorded with the time it arrived.
+One asyncio server speaks enough HTTP/1.1 (keep-alive, Content-Length bodies) for the webhook
+client; each path picks a behaviour, and every request is recorded with the time it arrived.
 """
 
 from __future__ import annotations

@@ -64,20 +64,20 @@ class Dispatcher:
         self,
         app: App,
         *,
-        pool: int = 64,
-        lease_seconds: float = 15.0,
+        pool: int | None = None,
+        lease_seconds: float | None = None,
         batch: int = 500,
         max_subscriptions: int = 1000,
-        poll_seconds: float = 5.0,
+        poll_seconds: float | None = None,
     ) -> None:
         self.app = app
-        self.pool = pool
-        self.lease_seconds = lease_seconds
+        self.pool = pool or app.settings.dispatcher_pool
+        self.lease_seconds = lease_seconds or app.settings.dispatcher_lease_seconds
         self.batch = batch
         self.max_subscriptions = max_subscriptions
-        self.poll_seconds = poll_seconds
+        self.poll_seconds = poll_seconds or app.settings.poll_seconds
         self.id = f"dispatcher-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.slots = asyncio.Semaphore(pool)
+        self.slots = asyncio.Semaphore(self.pool)
         self.pushers: dict[str, Pusher] = {}
         self.handlers: Mapping[str, Handler] = app.handlers
         self._client: aiohttp.ClientSession | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import Sequence
@@ -70,6 +71,11 @@ class Roles:
 
     async def run(self) -> None:
         """Run every role until all have stopped."""
+        # Everything loaded so far (modules, the app, the store) lives as long as the process:
+        # moved out of the collector's sight, it is not walked by every full collection, which
+        # otherwise paused the first seconds of work by 10-20 ms.
+        gc.collect()
+        gc.freeze()
         running = [role.run() for role in (self.scheduler, self.worker) if role is not None]
         if self.dispatcher is not None:
             running.append(self.dispatcher.run(self._stop_dispatching))

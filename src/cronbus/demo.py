@@ -1,9 +1,11 @@
 """The quick-start demo: ``cronbus server --app cronbus.demo:app``.
 
 It defers a handful of runs when the server starts, and again every few seconds, of tasks that
-succeed, fail and then succeed on a retry, time out, and end as dead letters; and a cron job
-fires every five seconds. The worker's log
-shows each attempt as it ends; ``cronbus runs list`` and ``cronbus dlq list`` show the rest.
+succeed, fail and then succeed on a retry, time out, and end as dead letters; a cron job fires
+every five seconds; and each round publishes an ``order.created`` event to the ``orders``
+topic, which a handler subscription receives. The worker's log shows each attempt as it ends;
+``cronbus runs list``, ``cronbus dlq list``, ``cronbus events tail orders`` and
+``cronbus subs list`` show the rest.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import random
 
 from . import App, Retry, current_token
+from .events import Event
 
 app = App()
 log = logging.getLogger("cronbus.demo")
@@ -65,13 +68,20 @@ def heartbeat() -> str:
     return "alive"
 
 
+@app.subscribe(topic="orders", name="demo.print-orders", types=["order.*"], start="earliest")
+def print_order(event: Event) -> None:
+    """A handler subscription: the dispatcher pushes each matching event here."""
+    print(f"order event {event.type} at offset {event.offset}: {event.data}")
+
+
 async def _defer_batch(round_: int) -> None:
     await send_email.defer_async("ada@example.com", subject=f"welcome #{round_}")
     await flaky_report.defer_async(day=f"2026-11-{round_ % 28 + 1:02d}-{random.random():.6f}")
     await slow_export.defer_async(1000)
     await stubborn_sync.defer_async(10.0)
     await charge_card.defer_async(1999)
-    log.info("demo: deferred round %d of 5 runs", round_)
+    await app.publish_async("orders", "order.created", {"order": round_, "amount": 1999})
+    log.info("demo: deferred round %d of 5 runs and published one event", round_)
 
 
 @app.on_startup

@@ -310,7 +310,8 @@ class Worker:
         still = {h.attempt_id: h for h in held}
         for attempt_id, active in mine.items():
             entry = still.get(attempt_id)
-            if active.interrupt.done():
+            # An attempt recorded while the heartbeat was on its way is not lost: it is done.
+            if active.interrupt.done() or attempt_id not in self._active:
                 continue
             if entry is None:
                 log.warning(

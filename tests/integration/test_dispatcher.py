@@ -410,3 +410,35 @@ async def test_pull_by_cursor_with_long_polling(bus: App) -> None:
     assert [e.offset for e in waited] == [4]
     assert time.monotonic() - started < 5  # woken by the publish, not by the end of the wait
     assert await bus.events.read("pull", after=4, wait=0.2) == []
+
+
+async def test_a_delivery_whose_event_retention_removed_is_a_dead_letter_with_the_reason(
+    bus: App, targets: Targets
+) -> None:
+    from cronbus.events.dispatcher import GONE_EVENT
+    from cronbus.events.records import NewDelivery
+    from cronbus.store.events_base import EventStore
+
+    store: EventStore = bus.store  # type: ignore[assignment]
+    await bus.subscriptions.add("late", topic="t", webhook=targets.url("/late"), start="earliest")
+    await publish(bus, "t", orders(2))
+    # A dispatcher read event 1, then retention removed it before its delivery was recorded.
+    (lease,) = await store.acquire_subscriptions("someone", time.time(), 30.0, 10)
+    await bus.events.set_retention("t", max_events=1)
+    assert await store.trim(time.time()) == 1
+    new = [NewDelivery(offset=1, event_id="gone", key=None)]
+    assert await store.advance(lease, 1, new, time.time())
+    await store.release_subscriptions("someone", ["late"])
+    running = Running(bus)
+    try:
+        await until(lambda: _acked(bus, "late", 1), timeout=10)  # event 2 goes through
+
+        async def dead() -> bool:
+            return (await bus.subscriptions.counts("late")).get(D.DEAD, 0) == 1
+
+        await until(dead, timeout=10)
+    finally:
+        await running.stop()
+    (letter,) = await bus.subscriptions.deliveries("late", states=["dead"])
+    assert (letter.offset, letter.last_error) == (1, GONE_EVENT)
+    assert len(targets.received["/late"]) == 1

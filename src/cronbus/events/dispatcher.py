@@ -53,6 +53,7 @@ log = logging.getLogger("cronbus.dispatcher")
 RETRY_SHARE = 0.25
 """The share of a pusher's slots that retries may use; the rest is kept for fresh deliveries."""
 _STORE_RETRY = 1.0
+GONE_EVENT = "the event was removed by the topic's retention before it could be delivered"
 TRIM_SECONDS = 60.0
 """How often a dispatcher applies the topics' retention."""
 
@@ -381,9 +382,11 @@ class Pusher:
             async with self.dispatcher.slots:
                 started = clock.now()
                 try:
-                    assert delivery.event is not None, "take_deliveries returns events"
-                    async with asyncio.timeout(self.policy.timeout):
-                        result = await self.target.push(delivery, delivery.event)
+                    if delivery.event is None:
+                        result = PushResult(ok=False, error=GONE_EVENT)
+                    else:
+                        async with asyncio.timeout(self.policy.timeout):
+                            result = await self.target.push(delivery, delivery.event)
                     timed_out = False
                 except TimeoutError:
                     result = PushResult(ok=False, error=f"timed out after {self.policy.timeout}s")
@@ -425,6 +428,9 @@ class Pusher:
             self.gone = True
             self._retries_waiting = True
             return replace(recorded, outcome=outcome, retry_at=finished, spend_attempt=False)
+        if delivery.event is None:
+            # Nothing to push, ever: a dead letter at once, with the reason.
+            return replace(recorded, outcome=outcome, retry_at=None)
         self.breaker.failed(finished)
         attempt = delivery.attempts + 1
         if attempt >= self.policy.max_attempts:

@@ -29,12 +29,10 @@ from ..events.records import (
     DeliveryAttempt,
     DeliveryFilter,
     DeliveryOutcome,
-    DeliveryPolicy,
     DeliveryResult,
     EventRecord,
     NewDelivery,
     NewEvent,
-    Origin,
     Subscription,
     SubscriptionLease,
     SubscriptionSpec,
@@ -42,6 +40,13 @@ from ..events.records import (
 )
 from ..events.states import DeliveryEvent, DeliveryState, transition
 from . import postgres_events_sql as q
+from .event_rows import (
+    attempt_from_row,
+    decoded,
+    delivery_from_row,
+    event_from_row,
+    subscription_from_row,
+)
 from .events_base import EVENTS_CHANNEL
 from .postgres_db import Database
 from .postgres_rows import arrays
@@ -75,7 +80,9 @@ class PostgresEvents:
 
     async def read_events(self, topic: str, after: int, limit: int) -> list[EventRecord]:
         """Events of ``topic`` above ``after``, in offset order (a primary key range)."""
-        return [_event(row) for row in await self._db.rows(q.READ_EVENTS, (topic, after, limit))]
+        return [
+            event_from_row(row) for row in await self._db.rows(q.READ_EVENTS, (topic, after, limit))
+        ]
 
     async def get_topic(self, topic: str) -> TopicInfo:
         """A topic's offsets and retention; an unknown topic is empty (and is not created)."""
@@ -216,7 +223,7 @@ class PostgresEvents:
         async with self._db.transaction(durable=False) as tx:
             await tx.queue(q.FENCE, params)
             taking = await tx.queue(q.TAKE, params)
-        return [_delivery(row) for row in await taking.fetchall()]
+        return [delivery_from_row(row, with_event=True) for row in await taking.fetchall()]
 
     async def finish_deliveries(
         self, lease: SubscriptionLease, results: Sequence[DeliveryResult], now: float
@@ -249,7 +256,7 @@ class PostgresEvents:
         row = await self._db.one(q.GET_DELIVERY, (delivery_id,))
         if row is None:
             raise DeliveryNotFoundError(f"no delivery has id {delivery_id}")
-        return _delivery(row)
+        return delivery_from_row(row, with_event=True)
 
     async def list_deliveries(self, filter: DeliveryFilter) -> list[Delivery]:
         """Deliveries matching ``filter``, newest first, without their events."""
@@ -261,11 +268,13 @@ class PostgresEvents:
         where = " AND ".join(q.DELIVERY_FILTERS[name] for name in given)
         query = q.LIST_DELIVERIES + (f" WHERE {where}" if where else "") + q.LIST_DELIVERIES_ORDER
         rows = await self._db.rows(query, [*given.values(), filter.limit])
-        return [_delivery(row) for row in rows]
+        return [delivery_from_row(row, with_event=True) for row in rows]
 
     async def list_delivery_attempts(self, delivery_id: int) -> list[DeliveryAttempt]:
         """A delivery's attempts, oldest first."""
-        return [_attempt(row) for row in await self._db.rows(q.LIST_ATTEMPTS, (delivery_id,))]
+        return [
+            attempt_from_row(row) for row in await self._db.rows(q.LIST_ATTEMPTS, (delivery_id,))
+        ]
 
     async def count_deliveries(self, subscription: str) -> dict[DeliveryState, int]:
         """How many deliveries of ``subscription`` are in each state."""
@@ -392,23 +401,6 @@ def _found(row: Row | None, name: str) -> Row:
     return row
 
 
-def _event(row: Row) -> EventRecord:
-    """A row of ``EVENT_COLUMNS``."""
-    return EventRecord(
-        topic=row[0],
-        offset=row[1],
-        id=row[2],
-        type=row[3],
-        source=row[4],
-        subject=row[5],
-        time=row[6],
-        datacontenttype=row[7],
-        data_json=row[8],
-        key=row[9],
-        published_at=row[10],
-    )
-
-
 def _topic(row: Row) -> TopicInfo:
     return TopicInfo(
         name=row[0],
@@ -421,59 +413,5 @@ def _topic(row: Row) -> TopicInfo:
 
 
 def _subscription(row: Row) -> Subscription:
-    """A row of ``SUBSCRIPTION_COLUMNS`` (target, filter and policy come decoded from jsonb)."""
-    spec = SubscriptionSpec(
-        name=row[1],
-        topic=row[2],
-        target=row[3],
-        filter=row[4],
-        policy=DeliveryPolicy.from_json(row[5]),
-        origin=Origin(row[6]),
-        start=row[7],
-    )
-    return Subscription(
-        spec=spec,
-        id=row[0],
-        cursor=row[10],
-        paused=row[8],
-        disabled_reason=row[9],
-        holder=row[11],
-        lease_expires_at=row[12],
-        created_at=row[13],
-        updated_at=row[14],
-    )
-
-
-def _delivery(row: Row) -> Delivery:
-    """A row of ``DELIVERY_COLUMNS``, followed by ``EVENT_COLUMNS`` when it has its event."""
-    has_event = len(row) > 14 and row[14] is not None
-    return Delivery(
-        id=row[0],
-        subscription=row[1],
-        topic=row[2],
-        offset=row[3],
-        event_id=row[4],
-        key=row[5],
-        state=DeliveryState(row[6]),
-        attempts=row[7],
-        due_at=row[8],
-        created_at=row[9],
-        updated_at=row[10],
-        last_status=row[11],
-        last_error=row[12],
-        last_response=row[13],
-        event=_event(row[14:]) if has_event else None,
-    )
-
-
-def _attempt(row: Row) -> DeliveryAttempt:
-    return DeliveryAttempt(
-        delivery_id=row[0],
-        number=row[1],
-        outcome=DeliveryOutcome(row[2]),
-        started_at=row[3],
-        finished_at=row[4],
-        status=row[5],
-        error=row[6],
-        response=row[7],
-    )
+    """A subscription row (its target, filter and policy arrive decoded from jsonb)."""
+    return subscription_from_row(row, decoded)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..events.states import LIVE, DeliveryEvent, DeliveryState, sources, transition
 from ..states import sql_in, sql_match
+from .event_rows import DELIVERY_COLUMNS, EVENT_COLUMNS, SUBSCRIPTION_FIELDS
 
 
 def _state(state: DeliveryState) -> str:
@@ -34,18 +35,7 @@ LOST_FROM = _state(_LOST_FROM)
 LOST_TO = _state(transition(_LOST_FROM, DeliveryEvent.LOSE))
 REQUEUE_TO = _state(transition(DeliveryState.DEAD, DeliveryEvent.REQUEUE))
 
-EVENT_COLUMNS = """
-    e.topic, e."offset", e.event_id, e.type, e.source, e.subject, e.time, e.datacontenttype,
-    e.data, e.key, e.published_at
-"""
-DELIVERY_COLUMNS = """
-    d.id, s.name, d.topic, d."offset", d.event_id, d.key, d.state, d.attempts, d.due_at,
-    d.created_at, d.updated_at, d.last_status, d.last_error, d.last_response
-"""
-SUBSCRIPTION_COLUMNS = """
-    id, name, topic, target, filter, policy, origin, start, paused, disabled_reason, cursor,
-    holder, lease_expires_at, created_at, updated_at
-"""
+SUBSCRIPTION_COLUMNS = SUBSCRIPTION_FIELDS
 
 # -- append --------------------------------------------------------------------------------------
 # Offsets are given in commit order: the topic's row stays locked until the commit, so the next

@@ -55,6 +55,7 @@ from ..events.records import (
 )
 from ..events.states import DeliveryEvent, DeliveryState, transition
 from . import sqlite_events_sql as q
+from .event_rows import attempt_from_row, delivery_from_row, event_from_row, subscription_from_row
 from .events_base import EVENTS_CHANNEL
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ class SqliteEvents:
             lambda: self._db.execute(q.READ_EVENTS, (topic, after, limit)).fetchall(),
             inline="read" if limit <= _INLINE_BATCH else "",
         )
-        return [q.event_from_row(row) for row in rows]
+        return [event_from_row(row) for row in rows]
 
     async def get_topic(self, topic: str) -> TopicInfo:
         """A topic's offsets and retention (an unknown topic is empty, at offset 0)."""
@@ -183,7 +184,7 @@ class SqliteEvents:
                 return self._db.execute(q.LIST_SUBSCRIPTIONS).fetchall()
             return self._db.execute(q.LIST_TOPIC_SUBSCRIPTIONS, (topic,)).fetchall()
 
-        return [q.subscription_from_row(row) for row in await self._call(read)]
+        return [subscription_from_row(row) for row in await self._call(read)]
 
     async def set_subscription_paused(
         self, name: str, paused: bool, reason: str | None, now: float
@@ -311,7 +312,7 @@ class SqliteEvents:
         )
         if row is None:
             raise DeliveryNotFoundError(f"no delivery has id {delivery_id}")
-        return q.delivery_from_row(row, with_event=True)
+        return delivery_from_row(row, with_event=True)
 
     async def list_deliveries(self, filter: DeliveryFilter) -> list[Delivery]:
         """Deliveries matching ``filter``, newest first (without their events)."""
@@ -327,14 +328,14 @@ class SqliteEvents:
         sql += " ORDER BY d.id DESC LIMIT ?"
         params.append(filter.limit)
         rows = await self._call(lambda: self._db.execute(sql, params).fetchall())
-        return [q.delivery_from_row(row) for row in rows]
+        return [delivery_from_row(row) for row in rows]
 
     async def list_delivery_attempts(self, delivery_id: int) -> list[DeliveryAttempt]:
         """A delivery's attempts, oldest first."""
         rows = await self._call(
             lambda: self._db.execute(q.LIST_ATTEMPTS, (delivery_id,)).fetchall()
         )
-        return [q.attempt_from_row(row) for row in rows]
+        return [attempt_from_row(row) for row in rows]
 
     async def count_deliveries(self, subscription: str) -> dict[DeliveryState, int]:
         """How many deliveries of ``subscription`` are in each state."""
@@ -461,7 +462,7 @@ def get_subscription(conn: sqlite3.Connection, name: str) -> Subscription:
     row = conn.execute(q.GET_SUBSCRIPTION, (name,)).fetchone()
     if row is None:
         raise _no_subscription(name)
-    return q.subscription_from_row(row)
+    return subscription_from_row(row)
 
 
 def acquire_subscriptions(
@@ -525,7 +526,7 @@ def take_deliveries(
     chosen = json.dumps(ids)
     conn.execute(q.SEND, {"ids": chosen, "now": now})
     rows = conn.execute(q.DELIVERIES_WITH_EVENTS, (chosen,)).fetchall()
-    return [q.delivery_from_row(row, with_event=True) for row in rows]
+    return [delivery_from_row(row, with_event=True) for row in rows]
 
 
 def finish_deliveries(

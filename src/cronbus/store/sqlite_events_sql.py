@@ -10,18 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..events.records import (
-    Delivery,
-    DeliveryAttempt,
-    DeliveryOutcome,
-    DeliveryPolicy,
-    EventRecord,
-    Origin,
-    Subscription,
-    SubscriptionSpec,
-)
+from ..events.records import SubscriptionSpec
 from ..events.states import LIVE, DeliveryEvent, DeliveryState, sources
 from ..states import sql_match
+from .event_rows import DELIVERY_COLUMNS, EVENT_COLUMNS, SUBSCRIPTION_FIELDS
+
+SUBSCRIPTION_COLUMNS = ", ".join(f"s.{name}" for name in SUBSCRIPTION_FIELDS.split(", "))
 
 Row = tuple[Any, ...]
 
@@ -42,10 +36,6 @@ INSERT_EVENT = """
 INSERT INTO events (topic, offset, event_id, type, source, subject, time, datacontenttype, key,
                     data, published_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
-EVENT_COLUMNS = """
-    e.topic, e.offset, e.event_id, e.type, e.source, e.subject, e.time, e.datacontenttype,
-    e.data, e.key, e.published_at
 """
 READ_EVENTS = f"""
 SELECT {EVENT_COLUMNS} FROM events e WHERE e.topic = ? AND e.offset > ? ORDER BY e.offset LIMIT ?
@@ -79,10 +69,6 @@ DELETE FROM events WHERE topic = ? AND offset IN (SELECT value FROM json_each(?)
 """
 
 # -- subscriptions -------------------------------------------------------------------------------
-SUBSCRIPTION_COLUMNS = """
-    s.id, s.name, s.topic, s.target, s.filter, s.policy, s.origin, s.start, s.cursor, s.paused,
-    s.disabled_reason, s.holder, s.lease_expires_at, s.created_at, s.updated_at
-"""
 # A replaced definition keeps the cursor, the lease and the paused state.
 UPSERT_SUBSCRIPTION = """
 INSERT INTO subscriptions (name, topic, target, filter, policy, origin, start, cursor,
@@ -195,10 +181,6 @@ UPDATE deliveries SET state = '{DeliveryState.IN_FLIGHT}', updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND {sql_match("state", sources(DeliveryEvent.SEND))}
 """
-DELIVERY_COLUMNS = """
-    d.id, s.name, d.topic, d.offset, d.event_id, d.key, d.state, d.attempts, d.due_at,
-    d.created_at, d.updated_at, d.last_status, d.last_error, d.last_response
-"""
 DELIVERIES_WITH_EVENTS = f"""
 SELECT {DELIVERY_COLUMNS}, {EVENT_COLUMNS}
 FROM deliveries d
@@ -269,46 +251,6 @@ REQUEUE_ALL = f"{_REQUEUE} RETURNING id"
 
 
 # -- rows ----------------------------------------------------------------------------------------
-def event_from_row(row: Row, at: int = 0) -> EventRecord:
-    """An :class:`EventRecord` from :data:`EVENT_COLUMNS`, starting at column ``at``."""
-    r = row[at : at + 11]
-    return EventRecord(
-        topic=r[0],
-        offset=r[1],
-        id=r[2],
-        type=r[3],
-        source=r[4],
-        subject=r[5],
-        time=r[6],
-        datacontenttype=r[7],
-        data_json=r[8],
-        key=r[9],
-        published_at=r[10],
-    )
-
-
-def subscription_from_row(row: Row) -> Subscription:
-    """A :class:`Subscription` from :data:`SUBSCRIPTION_COLUMNS`."""
-    spec = SubscriptionSpec(
-        name=row[1],
-        topic=row[2],
-        target=json.loads(row[3]),
-        filter=json.loads(row[4]),
-        policy=DeliveryPolicy.from_json(json.loads(row[5])),
-        origin=Origin(row[6]),
-        start=row[7],
-    )
-    return Subscription(
-        spec=spec,
-        id=row[0],
-        cursor=row[8],
-        paused=bool(row[9]),
-        disabled_reason=row[10],
-        holder=row[11],
-        lease_expires_at=row[12],
-        created_at=row[13],
-        updated_at=row[14],
-    )
 
 
 def subscription_params(spec: SubscriptionSpec, cursor: int, now: float) -> dict[str, Any]:
@@ -324,40 +266,3 @@ def subscription_params(spec: SubscriptionSpec, cursor: int, now: float) -> dict
         "cursor": cursor,
         "now": now,
     }
-
-
-def delivery_from_row(row: Row, *, with_event: bool = False) -> Delivery:
-    """A :class:`Delivery` from :data:`DELIVERY_COLUMNS` (then :data:`EVENT_COLUMNS`, whose
-    topic is NULL when the event is gone)."""
-    event = event_from_row(row, 14) if with_event and row[14] is not None else None
-    return Delivery(
-        id=row[0],
-        subscription=row[1],
-        topic=row[2],
-        offset=row[3],
-        event_id=row[4],
-        key=row[5],
-        state=DeliveryState(row[6]),
-        attempts=row[7],
-        due_at=row[8],
-        created_at=row[9],
-        updated_at=row[10],
-        last_status=row[11],
-        last_error=row[12],
-        last_response=row[13],
-        event=event,
-    )
-
-
-def attempt_from_row(row: Row) -> DeliveryAttempt:
-    """A :class:`DeliveryAttempt` from a row of :data:`LIST_ATTEMPTS`."""
-    return DeliveryAttempt(
-        delivery_id=row[0],
-        number=row[1],
-        outcome=DeliveryOutcome(row[2]),
-        started_at=row[3],
-        finished_at=row[4],
-        status=row[5],
-        error=row[6],
-        response=row[7],
-    )

@@ -32,12 +32,15 @@ async def serve(
     worker: bool = True,
     scheduler: bool = False,
     dispatcher: bool = False,
+    labels: Sequence[str] = (),
     install_signals: bool = True,
 ) -> None:
     """Open ``app`` and run the chosen roles until a stop signal, then close it."""
     async with app:
         roles = Roles(
-            worker=Worker(app, queues=queues, concurrency=concurrency) if worker else None,
+            worker=Worker(app, queues=queues, concurrency=concurrency, labels=labels)
+            if worker
+            else None,
             scheduler=Scheduler(app) if scheduler else None,
             dispatcher=Dispatcher(app) if dispatcher else None,
         )
@@ -127,6 +130,7 @@ def run(
     worker: bool = True,
     scheduler: bool = False,
     dispatcher: bool = False,
+    labels: Sequence[str] = (),
 ) -> None:
     """Blocking form of :func:`serve`, with signal handlers."""
     asyncio.run(
@@ -138,5 +142,6 @@ def run(
             worker=worker,
             scheduler=scheduler,
             dispatcher=dispatcher,
+            labels=labels,
         )
     )

@@ -234,6 +234,10 @@ BAD_INPUT = {
         "no folder '/nonexistent/folder'",
     ),
     "bad store url": (("workers", "list", "--store", "mysql://db/x"), "unknown scheme 'mysql'"),
+    "bad label": (
+        ("worker", "--app", "cronbus.demo:app", "--store", "{sqlite}", "--labels", "gpu,a b"),
+        "invalid worker label 'a b'",
+    ),
 }
 
 
@@ -256,3 +260,32 @@ async def test_an_empty_store_has_no_workers(tmp_path: Path) -> None:
     assert await listed(sqlite) == []
     status, out, _ = await cronbus("workers", "list", "--store", sqlite)
     assert (status, out) == (0, "no workers\n")
+
+
+async def test_labels_are_listed_and_silent_workers_pruned(url: str, workers: Workers) -> None:
+    from cronbus.model import WorkerInfo
+    from cronbus.store import open_store
+
+    proc = workers.start(args=["--labels", "gpu,eu-west"])
+    seen = await poll_listed(url, lambda ws: any(w["pid"] == proc.pid for w in ws))
+    assert by_pid(seen, proc.pid)["labels"] == ["gpu", "eu-west"]
+    store = open_store(url)
+    await store.open()
+    try:
+        old = WorkerInfo(
+            id="old-worker",
+            host="h",
+            pid=1,
+            queues=["default"],
+            concurrency=1,
+            version="0",
+            started_at=1.0,
+            heartbeat_at=1.0,
+        )
+        await store.register_worker(old)
+    finally:
+        await store.close()
+    status, out, _ = await cronbus("workers", "prune", "--json", "--store", url)
+    assert status == 0
+    assert json.loads(out) == {"removed": ["old-worker"]}
+    assert [w["pid"] for w in await listed(url, "--all")] == [proc.pid]

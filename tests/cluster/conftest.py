@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,12 @@ class Workers:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(
-        self, *, concurrency: int = 8, queues: str = "default", **env: str
+        self,
+        *,
+        concurrency: int = 8,
+        queues: str = "default",
+        args: Sequence[str] = (),
+        **env: str,
     ) -> subprocess.Popen[bytes]:
         environ = {
             **os.environ,
@@ -46,6 +51,7 @@ class Workers:
                 str(concurrency),
                 "--queues",
                 queues,
+                *args,
             ],
             env=environ,
             stdout=log,

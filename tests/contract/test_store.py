@@ -328,6 +328,31 @@ async def test_worker_registry(store: Store) -> None:
     assert w.state is WorkerState.STOPPED
 
 
+async def test_silent_workers_are_pruned_unless_they_hold_a_run(store: Store) -> None:
+    def info(worker_id: str, heartbeat_at: float) -> WorkerInfo:
+        return WorkerInfo(
+            id=worker_id,
+            host="h",
+            pid=1,
+            queues=["q"],
+            labels=["gpu", "eu-west"],
+            concurrency=4,
+            version="0",
+            started_at=T0,
+            heartbeat_at=heartbeat_at,
+        )
+
+    for worker_id, seen in (("gone", T0), ("holding", T0), ("fresh", T0 + 500)):
+        await store.register_worker(info(worker_id, seen))
+    await store.defer([new()], T0)
+    await store.claim(request(("q", 1), worker="holding"), T0)
+    assert await store.prune_workers(T0 + 100) == ["gone"]
+    left = {w.id: w for w in await store.list_workers(T0 + 501, LEASE)}
+    assert set(left) == {"holding", "fresh"}
+    assert list(left["fresh"].labels) == ["gpu", "eu-west"]
+    assert await store.prune_workers(T0 + 100) == []
+
+
 async def test_listeners_are_woken_in_process(store: Store) -> None:
     listener = await store.listen([RUNS_CHANNEL])
     assert await listener.wait(0.01) is False

@@ -20,6 +20,7 @@ from .. import runner
 from ..app import App
 from ..errors import ConfigurationError
 from ..fairness import parse_queues
+from ..worker.engine import check_labels
 from .loading import CliError, app_options, resolve_app
 
 FC = TypeVar("FC", bound=Callable[..., Any])
@@ -44,6 +45,12 @@ def _role_options(fn: FC) -> FC:
             help="Attempts run at once. Default: CRONBUS_CONCURRENCY, else 8.",
         ),
         click.option(
+            "--labels",
+            metavar="LABEL,...",
+            default="",
+            help="Labels of this worker, shown by `cronbus workers list` (e.g. gpu,eu-west).",
+        ),
+        click.option(
             "--log-level",
             type=click.Choice(_LEVELS, case_sensitive=False),
             default="INFO",
@@ -63,6 +70,7 @@ def server(
     store_url: str | None,
     queues: str | None,
     concurrency: int | None,
+    labels: str,
     log_level: str,
 ) -> None:
     """Run every role in one process: the app's startup hooks, a scheduler, a worker and a
@@ -76,6 +84,7 @@ def server(
         store_url,
         queues,
         concurrency,
+        labels,
         log_level,
         startup=True,
         scheduler=True,
@@ -90,6 +99,7 @@ def worker(
     store_url: str | None,
     queues: str | None,
     concurrency: int | None,
+    labels: str,
     log_level: str,
 ) -> None:
     """Run a worker only: claim runs from the queues and execute them.
@@ -97,7 +107,7 @@ def worker(
     Start as many as needed, on any machine that reaches the store; the app's startup hooks
     are left to `cronbus server`. Stop it with SIGTERM or Ctrl-C as for the server.
     """
-    _run_role(app_spec, store_url, queues, concurrency, log_level, startup=False)
+    _run_role(app_spec, store_url, queues, concurrency, labels, log_level, startup=False)
 
 
 @click.command()
@@ -146,6 +156,7 @@ def _run_role(
     store_url: str | None,
     queues: str | None,
     concurrency: int | None,
+    labels: str,
     log_level: str,
     *,
     startup: bool,
@@ -158,6 +169,10 @@ def _run_role(
         parse_queues(spec)  # refuse a bad --queues before the store is opened
     except ConfigurationError as exc:
         raise CliError(f"--queues {spec!r}: {exc}") from None
+    try:
+        chosen = check_labels(labels)
+    except ConfigurationError as exc:
+        raise CliError(f"--labels: {exc}") from None
     setup_logging(log_level)
     runner.run(
         app,
@@ -166,6 +181,7 @@ def _run_role(
         startup=startup,
         scheduler=scheduler,
         dispatcher=dispatcher,
+        labels=chosen,
     )
 
 

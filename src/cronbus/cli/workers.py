@@ -157,6 +157,36 @@ def show_worker(worker_id: str, app_spec: str | None, store_url: str | None, as_
         out.print("no running attempts")
 
 
+@workers.command("prune")
+@click.option(
+    "--older-than",
+    "older_than",
+    type=click.FloatRange(min=0.0),
+    default=86400.0,
+    show_default=True,
+    help="Seconds of silence after which a worker's row is deleted.",
+)
+@app_options()
+@_json_option
+def prune_workers(
+    older_than: float, app_spec: str | None, store_url: str | None, as_json: bool
+) -> None:
+    """Delete the registry rows of workers silent for longer than --older-than (stopped ones,
+    and lost ones that are gone). A worker still holding a run keeps its row; workers also
+    prune rows silent for a day by themselves."""
+
+    async def prune(app: App) -> list[str]:
+        return await app.store.prune_workers(app.clock.now() - older_than)
+
+    removed = run_with_app(resolve_app(app_spec, store_url), prune)
+    if as_json:
+        render.print_json({"removed": removed})
+        return
+    render.console().print(f"removed {len(removed)} worker row(s)" + (": " if removed else ""))
+    for worker_id in removed:
+        render.console().print(f"  {worker_id}")
+
+
 # -- reading -------------------------------------------------------------------------------------
 async def _read_workers(app: App) -> list[Seen]:
     """Every registered worker, with the runs each holds, read in two store calls."""

@@ -200,6 +200,11 @@ class Store(Protocol):
         """Registered workers; those silent for longer than a lease are reported lost."""
         ...
 
+    async def prune_workers(self, silent_since: float) -> list[str]:
+        """Delete the registry rows of workers silent since before ``silent_since`` and
+        holding no run; return their ids."""
+        ...
+
     # -- wake-ups ------------------------------------------------------------------------------
     async def listen(self, channels: Sequence[str]) -> Listener:
         """Start receiving wake-ups for ``channels``."""

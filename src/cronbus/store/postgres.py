@@ -453,6 +453,10 @@ class PostgresStore(PostgresEvents):
         """Mark a worker draining or stopped."""
         await self._db.execute(q.SET_WORKER_STATE, (state.value, now, worker_id))
 
+    async def prune_workers(self, silent_since: float) -> list[str]:
+        """Delete the rows of workers silent since before ``silent_since`` and holding no run."""
+        return [row[0] for row in await self._db.rows(q.PRUNE_WORKERS, (silent_since,))]
+
     async def list_workers(self, now: float, lease_seconds: float) -> list[WorkerInfo]:
         """Registered workers, with their running runs; silent ones are reported lost."""
         return [

@@ -436,6 +436,14 @@ ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
     heartbeat_at = excluded.heartbeat_at, state = excluded.state
 """
 SET_WORKER_STATE = "UPDATE workers SET state = %s, heartbeat_at = %s WHERE id = %s"
+# A worker that still owns a run keeps its row until the reaper has taken the run back.
+PRUNE_WORKERS = f"""
+DELETE FROM workers w WHERE w.heartbeat_at < %s
+AND NOT EXISTS (
+    SELECT 1 FROM runs r WHERE r.lease_owner = w.id AND {sql_match("r.state", ACTIVE)}
+)
+RETURNING w.id
+"""
 LIST_WORKERS = f"""
 SELECT w.id, w.host, w.pid, w.queues, w.labels, w.concurrency, w.version, w.started_at,
     w.heartbeat_at, w.state,

@@ -672,6 +672,15 @@ class SQLiteStore(SqliteEvents):
 
         await self._call(update)
 
+    async def prune_workers(self, silent_since: float) -> list[str]:
+        """Delete the rows of workers silent since before ``silent_since`` and holding no run."""
+
+        def prune() -> list[str]:
+            with self._write(durable=False) as conn:
+                return [row[0] for row in conn.execute(q.PRUNE_WORKERS, (silent_since,))]
+
+        return await self._call(prune)
+
     async def list_workers(self, now: float, lease_seconds: float) -> list[WorkerInfo]:
         """Registered workers, with their running runs; silent ones are reported lost."""
 

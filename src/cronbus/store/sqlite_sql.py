@@ -135,6 +135,14 @@ ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
     heartbeat_at = excluded.heartbeat_at, state = excluded.state
 """
 SET_WORKER_STATE = "UPDATE workers SET state = ?, heartbeat_at = ? WHERE id = ?"
+# A worker that still owns a run keeps its row until the reaper has taken the run back.
+PRUNE_WORKERS = f"""
+DELETE FROM workers WHERE heartbeat_at < ?
+AND NOT EXISTS (
+    SELECT 1 FROM runs r WHERE r.lease_owner = workers.id AND {sql_match("r.state", ACTIVE)}
+)
+RETURNING id
+"""
 LIST_WORKERS = """
 SELECT id, host, pid, queues, labels, concurrency, version, started_at, heartbeat_at, state
 FROM workers ORDER BY started_at DESC

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import random
+import re
 import socket
 import time
 import uuid
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..config import Settings
+from ..errors import ConfigurationError
 from ..fairness import parse_queues, plan_shares
 from ..model import ClaimedRun, ClaimRequest, Outcome, QueueShare, WorkerInfo, WorkerState
 from ..states import AttemptOutcome
@@ -36,6 +38,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cronbus.worker")
 _RETRY_STORE_SECONDS = 0.5
+PRUNE_AFTER_SECONDS = 24 * 3600.0
+"""Registry rows of workers silent this long (stopped, or lost and gone) are deleted."""
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:=-]{0,99}")
+
+
+def check_labels(labels: str | Sequence[str]) -> tuple[str, ...]:
+    """Worker labels from a comma list or a sequence; each is refused with a clear error
+    unless it is 1-100 letters, digits, ``.``, ``_``, ``:``, ``=`` or ``-``."""
+    items = labels.split(",") if isinstance(labels, str) else list(labels)
+    chosen = tuple(label.strip() for label in items if label.strip())
+    for label in chosen:
+        if not _LABEL.fullmatch(label):
+            raise ConfigurationError(
+                f"invalid worker label {label!r}: use 1 to 100 letters, digits, '.', '_', "
+                "':', '=' or '-'"
+            )
+    return chosen
+
+
 _FOREVER = 3600.0
 _RECORD_RETRIES = (0.1, 0.5, 1.0, 2.0, 5.0)
 
@@ -58,8 +79,10 @@ class Worker:
         concurrency: int | None = None,
         settings: Settings | None = None,
         name: str | None = None,
+        labels: Sequence[str] = (),
     ) -> None:
         self.app = app
+        self.labels = check_labels(labels)
         self.settings = (settings or app.settings).with_overrides(concurrency=concurrency)
         self.queues = parse_queues(queues)
         self.concurrency = self.settings.concurrency
@@ -140,6 +163,7 @@ class Worker:
             host=socket.gethostname(),
             pid=os.getpid(),
             queues=[q for q, _ in self.queues],
+            labels=list(self.labels),
             concurrency=self.concurrency,
             version=__version__,
             started_at=now,
@@ -334,6 +358,7 @@ class Worker:
                         extra={"action": "runs.reaped"},
                     )
                 await self.store.age_retries(now, self.settings.retry_aging_seconds)
+                await self.store.prune_workers(now - PRUNE_AFTER_SECONDS)
             except Exception:
                 log.exception("reaping expired leases failed")
             pause = self.settings.lease_seconds / 2

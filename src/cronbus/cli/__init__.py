@@ -1,7 +1,9 @@
 """The ``cronbus`` command line: role commands that run processes, resource commands on the store.
 
-Commands live in small modules: :mod:`.roles` (server, worker), :mod:`.runs` (runs, dlq, defer),
-:mod:`.loading` (finding the app and the store) and :mod:`.render` (tables and JSON).
+Commands live in small modules: :mod:`.roles` (server, worker, scheduler, dispatcher),
+:mod:`.runs` (runs, defer), :mod:`.dlq`, :mod:`.jobs`, :mod:`.workers`, :mod:`.events`,
+:mod:`.subs`, :mod:`.migrate`, :mod:`.loading` (finding the app and the store) and
+:mod:`.render` (tables and JSON).
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ __all__ = ["cronbus", "main"]
 @click.group(cls=CronbusGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="cronbus")
 def cronbus() -> None:
-    """cronbus: a distributed job scheduler.
+    """cronbus: a distributed job scheduler and event-push platform.
 
-    Role commands (server, worker, scheduler) run until stopped with SIGTERM or Ctrl-C.
-    Resource commands (jobs, runs, dlq, defer) read and change the store named by --store, else
-    by the --app's store, else by CRONBUS_STORE, else sqlite:///./cronbus.db. Errors are one
-    line on stderr and exit status 1.
+    Role commands (server, worker, scheduler, dispatcher) run until stopped with SIGTERM or
+    Ctrl-C. Resource commands (jobs, runs, dlq, defer, workers, events, subs, migrate) read and
+    change the store named by --store, else by the --app's store, else by CRONBUS_STORE, else
+    sqlite:///./cronbus.db. Errors are one line on stderr and exit status 1.
     """
 
 

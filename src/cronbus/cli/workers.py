@@ -68,7 +68,7 @@ class Seen:
 # -- the commands --------------------------------------------------------------------------------
 @click.group(cls=CronbusGroup)
 def workers() -> None:
-    """List and inspect the workers registered in the store.
+    """List, inspect and prune the workers registered in the store.
 
     A worker is lost when it has not sent a heartbeat for longer than a lease
     (CRONBUS_LEASE_SECONDS, default 30: use the workers' value); its runs are then requeued.

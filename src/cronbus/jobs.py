@@ -66,6 +66,7 @@ def build_spec(name: str, task: Task[Any, Any], options: JobOptions, source: str
         start=options.start,
         end=options.end,
         jitter=options.jitter,
+        seed=name,
     )
     call = task.prepare(options.args, options.kwargs or {}, now=0.0)
     return JobSpec(

@@ -38,8 +38,9 @@ Jitter
 ``Cron`` and ``Every`` can spread their fires: a fire happens at ``nominal + offset`` where
 ``offset = jitter_offset(key, nominal, jitter)`` is in ``[0, jitter)`` and ``key`` is the
 trigger's canonical spec (``json.dumps(spec, sort_keys=True, separators=(",", ":"))``), so every
-scheduler process computes the same fire time. To step on, pass the fire ``next_fire`` returned
-(jitter included) back as ``after``.
+scheduler process computes the same fire time. The spec holds a ``seed`` (jobs use their name), so
+jobs with the same schedule and jitter are spread apart, not moved together. To step on, pass
+the fire ``next_fire`` returned (jitter included) back as ``after``.
 ``next_fire(after)`` returns the smallest ``nominal + offset`` strictly greater than ``after``,
 so the sequence is strictly increasing whatever the jitter. When the jitter is smaller than the
 gap between two nominal fires (always so for ``Every``, which requires it) the fires also keep
@@ -146,6 +147,7 @@ class Cron:
     end: float | None = None
     jitter: float = 0.0
     exclude: frozenset[str] = frozenset()
+    seed: str = ""
     _zone: ZoneInfo = field(init=False, repr=False, compare=False)
     _cron: croniter[datetime] = field(init=False, repr=False, compare=False)
     _seconds: tuple[int, ...] = field(init=False, repr=False, compare=False)
@@ -245,6 +247,7 @@ class Every:
     end: float | None = None
     jitter: float = 0.0
     exclude: frozenset[str] = frozenset()
+    seed: str = ""
     _zone: ZoneInfo = field(init=False, repr=False, compare=False)
     _dates: frozenset[date] = field(init=False, repr=False, compare=False)
     _key: str = field(init=False, repr=False, compare=False)
@@ -384,6 +387,7 @@ def make_trigger(
     end: datetime | float | None = None,
     jitter: float = 0.0,
     exclude: Iterable[date | str] = (),
+    seed: str = "",
 ) -> Trigger:
     """Build a trigger from the spellings a job decorator takes; give exactly one kind.
 
@@ -392,7 +396,8 @@ def make_trigger(
     ``end`` are read (by the module's DST rule: a nonexistent time means the end of the gap, an
     ambiguous one its first occurrence); aware datetimes are used as they are. ``at`` may also
     be an ISO-8601 string (``"2026-05-01T12:00:00+02:00"``, or naive, read in ``tz``), and
-    ``every``/``after`` a number of seconds or a ``timedelta``.
+    ``every``/``after`` a number of seconds or a ``timedelta``. ``seed`` (a job passes its
+    name) makes the jitter of triggers with the same schedule differ.
     """
     given = {"cron": cron, "every": every, "after": after, "at": at}
     kinds = [name for name, value in given.items() if value is not None]
@@ -404,10 +409,12 @@ def make_trigger(
     bounds = {"start": _instant("start", start, zone), "end": _instant("end", end, zone)}
     dates = frozenset(_iso_date(d) for d in _iterable("exclude", exclude))
     if cron is not None:
-        return Cron(expr=cron, tz=zone_name, jitter=jitter, exclude=dates, **bounds)
+        return Cron(expr=cron, tz=zone_name, jitter=jitter, exclude=dates, seed=seed, **bounds)
     if every is not None:
         seconds = _seconds("every", every)
-        return Every(seconds=seconds, tz=zone_name, jitter=jitter, exclude=dates, **bounds)
+        return Every(
+            seconds=seconds, tz=zone_name, jitter=jitter, exclude=dates, seed=seed, **bounds
+        )
     _refuse_options(kinds[0], jitter=jitter != 0.0, exclude=bool(dates))
     if after is not None:
         return After(seconds=_seconds("after", after), **bounds)
@@ -644,6 +651,8 @@ def _init_common(trigger: Cron | Every, owner: str) -> None:
     if jitter < 0:
         raise ConfigurationError(f"{owner}.jitter must be >= 0, got {trigger.jitter!r}")
     object.__setattr__(trigger, "jitter", jitter)
+    if not isinstance(trigger.seed, str):
+        raise ConfigurationError(f"{owner}.seed must be a string, got {trigger.seed!r}")
     values = _iterable(f"{owner}.exclude", trigger.exclude)
     dates = frozenset(_parse_date(f"{owner}.exclude", value) for value in values)
     object.__setattr__(trigger, "exclude", frozenset(d.isoformat() for d in dates))
@@ -669,6 +678,8 @@ def _common_spec(trigger: Cron | Every) -> dict[str, JSON]:
     spec = _bounds_spec(trigger)
     if trigger.jitter:
         spec["jitter"] = trigger.jitter
+        if trigger.seed:
+            spec["seed"] = trigger.seed
     if trigger.exclude:
         spec["exclude"] = sorted(trigger.exclude)
     return spec

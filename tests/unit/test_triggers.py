@@ -707,3 +707,17 @@ def test_excluded_dates_never_fire(expr: str, zone: str, start: float, offsets: 
     plain = next_fires(cron_or_skip(expr, tz=zone), start, 30)
     kept = [f for f in plain if local(f, zone).date().isoformat() not in excluded]
     assert fires[: len(kept)] == kept[: len(fires)]
+
+
+def test_jobs_with_one_schedule_get_their_own_jitter() -> None:
+    from cronbus.triggers import make_trigger
+
+    a = make_trigger(cron="0 * * * * *", jitter=30.0, seed="job-a")
+    b = make_trigger(cron="0 * * * * *", jitter=30.0, seed="job-b")
+    again = trigger_from_spec(a.to_spec())
+    after = 1_700_000_000.0
+    fires_a = [a.next_fire(after + 60 * i) for i in range(5)]
+    assert fires_a == [again.next_fire(after + 60 * i) for i in range(5)]  # deterministic
+    assert fires_a != [b.next_fire(after + 60 * i) for i in range(5)]
+    assert a.to_spec()["seed"] == "job-a"
+    assert "seed" not in make_trigger(cron="0 * * * * *", seed="job-a").to_spec()  # no jitter

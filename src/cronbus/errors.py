@@ -10,6 +10,7 @@
     ├── UnknownTaskError          no task of that name is registered
     ├── RunNotFoundError          no run has that id
     ├── JobNotFoundError          no job has that name
+    ├── JobExistsError            a job of that name exists already
     ├── SubscriptionNotFoundError no subscription has that name
     ├── DeliveryNotFoundError     no delivery has that id
     ├── InvalidTransitionError    a state change the run state machine forbids
@@ -55,6 +56,10 @@ class RunNotFoundError(CronbusError, LookupError):
 
 class JobNotFoundError(CronbusError, LookupError):
     """No job has that name."""
+
+
+class JobExistsError(CronbusError, ValueError):
+    """A job of that name exists already (``jobs.add``; change it with ``jobs.update``)."""
 
 
 class SubscriptionNotFoundError(CronbusError, LookupError):

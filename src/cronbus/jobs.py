@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigurationError, JobNotFoundError
+from .errors import ConfigurationError, JobExistsError
 from .handle import RunHandle
 from .model import Fire, Job, JobSpec, Misfire, Overlap
 from .store.common import job_run
@@ -202,16 +202,15 @@ class Jobs:
     async def add(self, name: str, task: str | Task[Any, Any], **options: Any) -> Job:
         """Create a job; the name must be new. Options are those of ``@app.job``."""
         spec = build_spec(name, self._task(task), _options(options), source="api")
+        trigger = trigger_of(spec, await self._app.store.get_calendars())
+        if first_fire(trigger, self._app.clock.now()) is None:
+            raise ConfigurationError(
+                f"job {name!r} would never fire: its {trigger.describe()} has no fire after now"
+            )
         try:
-            await self._app.store.get_job(name)
-        except JobNotFoundError:
-            trigger = trigger_of(spec, await self._app.store.get_calendars())
-            if first_fire(trigger, self._app.clock.now()) is None:
-                raise ConfigurationError(
-                    f"job {name!r} would never fire: its {trigger.describe()} has no fire after now"
-                ) from None
-            return await self._put(spec)
-        raise ConfigurationError(f"a job named {name!r} exists; use update to change it")
+            return await self._put(spec, create=True)
+        except JobExistsError:
+            raise JobExistsError(f"a job named {name!r} exists; use update to change it") from None
 
     async def update(self, name: str, **changes: Any) -> Job:
         """Change a job. To change its schedule give its whole trigger (cron/every/after/at,
@@ -305,7 +304,9 @@ class Jobs:
             )
         return SyncReport(added=added, updated=updated, disabled=disabled)
 
-    async def _put(self, spec: JobSpec, keep_schedule: float | bool | None = None) -> Job:
+    async def _put(
+        self, spec: JobSpec, keep_schedule: float | bool | None = None, *, create: bool = False
+    ) -> Job:
         now = self._app.clock.now()
         if spec.paused:
             following: float | None = None  # planned anew on resume
@@ -314,7 +315,7 @@ class Jobs:
         else:
             trigger = trigger_of(spec, await self._app.store.get_calendars())
             following = first_fire(trigger, now)
-        return await self._app.store.put_job(spec, following, now)
+        return await self._app.store.put_job(spec, following, now, create=create)
 
     def _task(self, task: str | Task[Any, Any]) -> Task[Any, Any]:
         return task if isinstance(task, Task) else self._app.get_task(task)

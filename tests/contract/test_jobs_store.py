@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from cronbus.errors import JobNotFoundError
+from cronbus.errors import JobExistsError, JobNotFoundError
 from cronbus.model import (
     ClaimRequest,
     Fire,
@@ -48,6 +50,25 @@ async def test_put_get_list_and_delete(store: Store) -> None:
         await store.get_job("j")
     with pytest.raises(JobNotFoundError):
         await store.delete_job("j")
+
+
+async def test_create_never_replaces_an_existing_job(store: Store) -> None:
+    first = await store.put_job(spec(priority=1), T0 + 10, T0, create=True)
+    with pytest.raises(JobExistsError):
+        await store.put_job(spec(priority=2), T0 + 20, T0, create=True)
+    kept = await store.get_job("j")
+    assert (kept.id, kept.spec.priority, kept.next_fire_at) == (first.id, 1, T0 + 10)
+
+
+async def test_concurrent_creates_of_one_name_make_one_job(store: Store) -> None:
+    results = await asyncio.gather(
+        *(store.put_job(spec(priority=i), T0 + 10, T0, create=True) for i in range(4)),
+        return_exceptions=True,
+    )
+    made = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, JobExistsError)]
+    assert (len(made), len(refused)) == (1, 3)
+    assert (await store.get_job("j")).spec.priority == made[0].spec.priority
 
 
 async def test_due_jobs_are_found_by_next_fire(store: Store) -> None:

@@ -141,8 +141,14 @@ class Store(Protocol):
         ...
 
     # -- jobs ----------------------------------------------------------------------------------
-    async def put_job(self, spec: JobSpec, next_fire_at: float | None, now: float) -> Job:
-        """Create or replace the job named ``spec.name`` (its fire count and id are kept)."""
+    async def put_job(
+        self, spec: JobSpec, next_fire_at: float | None, now: float, *, create: bool = False
+    ) -> Job:
+        """Create or replace the job named ``spec.name`` (its fire count and id are kept).
+
+        With ``create`` the name must be new: an existing job is left as it is and
+        :class:`~cronbus.errors.JobExistsError` raised, in the same statement (no race).
+        """
         ...
 
     async def get_job(self, name: str) -> Job:

@@ -386,9 +386,11 @@ class PostgresStore(PostgresEvents):
         return None if row is None or row[0] is None else float(row[0])
 
     # -- jobs (in .postgres_jobs) ---------------------------------------------------------------
-    async def put_job(self, spec: JobSpec, next_fire_at: float | None, now: float) -> Job:
-        """Create or replace the job named ``spec.name``."""
-        return await jobs.put_job(self._db, spec, next_fire_at, now)
+    async def put_job(
+        self, spec: JobSpec, next_fire_at: float | None, now: float, *, create: bool = False
+    ) -> Job:
+        """Create or replace the job named ``spec.name`` (with ``create``: only create it)."""
+        return await jobs.put_job(self._db, spec, next_fire_at, now, create=create)
 
     async def get_job(self, name: str) -> Job:
         """One job by name."""

@@ -11,7 +11,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import JobNotFoundError
+from ..errors import JobExistsError, JobNotFoundError
 from ..model import Fire, Job, JobSpec, NewRun
 from ..triggers import trigger_from_spec
 from . import postgres_sql as q
@@ -26,13 +26,18 @@ InsertRuns = Callable[[Tx, Sequence[NewRun], float], Awaitable[Cursor]]
 
 
 # -- rows ----------------------------------------------------------------------------------------
-async def put_job(db: Database, spec: JobSpec, next_fire_at: float | None, now: float) -> Job:
-    """Create or replace the job named ``spec.name``."""
+async def put_job(
+    db: Database, spec: JobSpec, next_fire_at: float | None, now: float, *, create: bool = False
+) -> Job:
+    """Create or replace the job named ``spec.name`` (with ``create``: only create it)."""
     params = {**job_params(spec, next_fire_at, now), "paused": spec.paused}
     async with db.transaction() as tx:
-        putting = await tx.queue(q.UPSERT_JOB, params)
+        putting = await tx.queue(q.INSERT_JOB if create else q.UPSERT_JOB, params)
         tx.nudges.add(JOBS_CHANNEL)
-    return job_from_row((await putting.fetchall())[0])
+    rows = await putting.fetchall()
+    if not rows:
+        raise JobExistsError(f"a job named {spec.name!r} exists; use update")
+    return job_from_row(rows[0])
 
 
 async def get_job(db: Database, name: str) -> Job:

@@ -388,6 +388,11 @@ ON CONFLICT (name) DO UPDATE SET
     updated_at = excluded.updated_at
 RETURNING {_JOB_COLUMNS}
 """
+# ``jobs.add``: the name must be new, decided by the insert itself.
+INSERT_JOB = (
+    UPSERT_JOB[: UPSERT_JOB.index("ON CONFLICT")]
+    + f"ON CONFLICT (name) DO NOTHING RETURNING {_JOB_COLUMNS}"
+)
 SET_PAUSED = f"""
 UPDATE jobs SET paused = %(paused)s, next_fire_at = %(next_fire_at)s, updated_at = %(now)s
 WHERE name = %(name)s

@@ -18,7 +18,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ..errors import InvalidTransitionError, JobNotFoundError, RunNotFoundError, StoreError
+from ..errors import (
+    InvalidTransitionError,
+    JobExistsError,
+    JobNotFoundError,
+    RunNotFoundError,
+    StoreError,
+)
 from ..model import (
     Attempt,
     ClaimedRun,
@@ -537,12 +543,16 @@ class SQLiteStore(SqliteEvents):
         return None if row is None or row[0] is None else float(row[0])
 
     # -- jobs ----------------------------------------------------------------------------------
-    async def put_job(self, spec: JobSpec, next_fire_at: float | None, now: float) -> Job:
-        """Create or replace the job named ``spec.name``."""
+    async def put_job(
+        self, spec: JobSpec, next_fire_at: float | None, now: float, *, create: bool = False
+    ) -> Job:
+        """Create or replace the job named ``spec.name`` (with ``create``: only create it)."""
+        query = sqlite_jobs.INSERT_JOB if create else sqlite_jobs.UPSERT_JOB
 
         def put() -> Job:
             with self._write(wake=True) as conn:
-                conn.execute(sqlite_jobs.UPSERT_JOB, job_params(spec, next_fire_at, now))
+                if conn.execute(query, job_params(spec, next_fire_at, now)).rowcount == 0:
+                    raise JobExistsError(f"a job named {spec.name!r} exists; use update")
                 return sqlite_jobs.get_job(conn, spec.name)
 
         job = await self._call(put)

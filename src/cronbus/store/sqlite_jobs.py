@@ -47,6 +47,8 @@ ON CONFLICT (name) DO UPDATE SET
     paused = excluded.paused, enabled = 1, next_fire_at = excluded.next_fire_at,
     updated_at = excluded.updated_at
 """
+# ``jobs.add``: the name must be new, decided by the insert itself.
+INSERT_JOB = UPSERT_JOB[: UPSERT_JOB.index("ON CONFLICT")] + "ON CONFLICT (name) DO NOTHING"
 SET_PAUSED = """
 UPDATE jobs SET paused = ?, next_fire_at = ?, updated_at = ? WHERE name = ?
 """

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from .app import App
 
 log = logging.getLogger("cronbus.jobs")
+_SYNC_BATCH = 1000
+"""Jobs stored per transaction by a sync."""
 _TRIGGER_OPTIONS = ("cron", "every", "after", "at", "tz", "start", "end", "jitter", "exclude")
 
 
@@ -279,15 +281,20 @@ class Jobs:
         ones, and disable (never delete) those no longer in the code."""
         store, now = self._app.store, self._app.clock.now()
         existing = {job.name: job for job in await store.list_jobs()}
+        calendars = await store.get_calendars()
         added: list[str] = []
         updated: list[str] = []
+        puts: list[tuple[JobSpec, float | None]] = []
         for spec in self._app.code_jobs.values():
             old = existing.get(spec.name)
             if old is not None and old.enabled and old.spec_digest == spec.spec_hash():
                 continue
             keep = old is not None and old.spec.trigger == spec.trigger and old.enabled
-            await self._put(spec, keep_schedule=keep and old is not None and old.next_fire_at)
+            keep_at = old.next_fire_at if keep and old is not None else None
+            puts.append((spec, _following(spec, keep_at, calendars, now)))
             (updated if old is not None else added).append(spec.name)
+        for start in range(0, len(puts), _SYNC_BATCH):
+            await store.put_jobs(puts[start : start + _SYNC_BATCH], now)
         gone = [
             name
             for name, job in existing.items()
@@ -308,13 +315,11 @@ class Jobs:
         self, spec: JobSpec, keep_schedule: float | bool | None = None, *, create: bool = False
     ) -> Job:
         now = self._app.clock.now()
-        if spec.paused:
-            following: float | None = None  # planned anew on resume
-        elif isinstance(keep_schedule, float):
-            following = keep_schedule
-        else:
-            trigger = trigger_of(spec, await self._app.store.get_calendars())
-            following = first_fire(trigger, now)
+        keep_at = keep_schedule if isinstance(keep_schedule, float) else None
+        calendars = (
+            {} if spec.paused or keep_at is not None else await self._app.store.get_calendars()
+        )
+        following = _following(spec, keep_at, calendars, now)
         return await self._app.store.put_job(spec, following, now, create=create)
 
     def _task(self, task: str | Task[Any, Any]) -> Task[Any, Any]:
@@ -335,6 +340,18 @@ def _options(values: Mapping[str, Any]) -> JobOptions:
     if unknown:
         raise ConfigurationError(f"unknown job option(s): {', '.join(sorted(unknown))}")
     return JobOptions(**values)
+
+
+def _following(
+    spec: JobSpec, keep_at: float | None, calendars: Mapping[str, frozenset[str]], now: float
+) -> float | None:
+    """A job's next fire when it is stored: none while paused (planned anew on resume), the
+    one it had when its schedule is unchanged, else the trigger's first after now."""
+    if spec.paused:
+        return None
+    if keep_at is not None:
+        return keep_at
+    return first_fire(trigger_of(spec, calendars), now)
 
 
 def _current(spec: JobSpec) -> dict[str, Any]:

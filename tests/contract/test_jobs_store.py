@@ -71,6 +71,16 @@ async def test_concurrent_creates_of_one_name_make_one_job(store: Store) -> None
     assert (await store.get_job("j")).spec.priority == made[0].spec.priority
 
 
+async def test_put_jobs_stores_many_in_one_go(store: Store) -> None:
+    await store.put_job(spec("j1", priority=1), T0 + 1, T0)
+    await store.put_jobs([(spec("j1", priority=9), T0 + 5), (spec("j2"), None)], T0 + 1)
+    one, two = await store.list_jobs()
+    assert (one.name, one.spec.priority, one.next_fire_at) == ("j1", 9, T0 + 5)
+    assert (two.name, two.next_fire_at) == ("j2", None)
+    await store.put_jobs([], T0 + 2)
+    assert len(await store.list_jobs()) == 2
+
+
 async def test_due_jobs_are_found_by_next_fire(store: Store) -> None:
     for i, at in enumerate([T0 + 5, T0 + 1, T0 + 50]):
         await store.put_job(spec(f"j{i}"), at, T0)

@@ -151,6 +151,10 @@ class Store(Protocol):
         """
         ...
 
+    async def put_jobs(self, jobs: Sequence[tuple[JobSpec, float | None]], now: float) -> None:
+        """Create or replace several jobs (spec, next fire) in one transaction (a sync)."""
+        ...
+
     async def get_job(self, name: str) -> Job:
         """One job, or :class:`~cronbus.errors.JobNotFoundError`."""
         ...

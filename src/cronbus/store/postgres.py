@@ -50,6 +50,7 @@ from ..model import (
     WorkerState,
 )
 from ..states import AttemptOutcome, RunEvent, RunState, sources, transition
+from . import postgres_jobs
 from . import postgres_jobs as jobs
 from . import postgres_sql as q
 from .base import CONTROL_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener
@@ -391,6 +392,10 @@ class PostgresStore(PostgresEvents):
     ) -> Job:
         """Create or replace the job named ``spec.name`` (with ``create``: only create it)."""
         return await jobs.put_job(self._db, spec, next_fire_at, now, create=create)
+
+    async def put_jobs(self, jobs: Sequence[tuple[JobSpec, float | None]], now: float) -> None:
+        """Create or replace several jobs in one transaction."""
+        await postgres_jobs.put_jobs(self._db, jobs, now)
 
     async def get_job(self, name: str) -> Job:
         """One job by name."""

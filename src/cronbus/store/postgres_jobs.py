@@ -40,6 +40,18 @@ async def put_job(
     return job_from_row(rows[0])
 
 
+async def put_jobs(db: Database, jobs: Sequence[tuple[JobSpec, float | None]], now: float) -> None:
+    """Create or replace several jobs in one pipelined transaction."""
+    if not jobs:
+        return
+    async with db.transaction() as tx:
+        for spec, following in jobs:
+            await tx.queue(
+                q.UPSERT_JOB, {**job_params(spec, following, now), "paused": spec.paused}
+            )
+        tx.nudges.add(JOBS_CHANNEL)
+
+
 async def get_job(db: Database, name: str) -> Job:
     """One job by name."""
     row = await db.one(q.SELECT_JOB, (name,))

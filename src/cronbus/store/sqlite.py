@@ -559,6 +559,19 @@ class SQLiteStore(SqliteEvents):
         await self.notify([JOBS_CHANNEL])
         return job
 
+    async def put_jobs(self, jobs: Sequence[tuple[JobSpec, float | None]], now: float) -> None:
+        """Create or replace several jobs in one transaction."""
+        rows = [job_params(spec, following, now) for spec, following in jobs]
+        if not rows:
+            return
+
+        def put() -> None:
+            with self._write(wake=True) as conn:
+                conn.executemany(sqlite_jobs.UPSERT_JOB, rows)
+
+        await self._call(put)
+        await self.notify([JOBS_CHANNEL])
+
     async def get_job(self, name: str) -> Job:
         """One job by name."""
         return await self._call(sqlite_jobs.get_job, self._db, name, inline="read")

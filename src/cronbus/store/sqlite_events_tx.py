@@ -267,4 +267,5 @@ def _attempt_params(result: DeliveryResult) -> dict[str, Any]:
 
 
 def no_subscription(name: str) -> SubscriptionNotFoundError:
+    """The error for an unknown subscription name."""
     return SubscriptionNotFoundError(f"no subscription named {name!r}")

@@ -442,3 +442,21 @@ async def test_a_delivery_whose_event_retention_removed_is_a_dead_letter_with_th
     (letter,) = await bus.subscriptions.deliveries("late", states=["dead"])
     assert (letter.offset, letter.last_error) == (1, GONE_EVENT)
     assert len(targets.received["/late"]) == 1
+
+
+async def test_code_subscriptions_removed_from_the_code_are_paused_not_deleted(bus: App) -> None:
+    from cronbus.events.bus import REMOVED_FROM_CODE
+
+    bus.subscribe(topic="t", name="old-handler")(lambda event: None)
+    try:
+        assert await bus.subscriptions.sync() == []
+        assert not (await bus.subscriptions.get("old-handler")).paused
+    finally:
+        del bus.code_subscriptions["old-handler"]
+        del bus.handlers["old-handler"]
+    await bus.subscriptions.add("api-made", topic="t", webhook="http://127.0.0.1:9/x")
+    assert await bus.subscriptions.sync() == ["old-handler"]
+    kept = await bus.subscriptions.get("old-handler")
+    assert (kept.paused, kept.disabled_reason) == (True, REMOVED_FROM_CODE)
+    assert not (await bus.subscriptions.get("api-made")).paused
+    assert await bus.subscriptions.sync() == []  # once

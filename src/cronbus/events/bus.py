@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,8 @@ from .targets import check_target, to_event
 if TYPE_CHECKING:
     from ..app import App
 
+log = logging.getLogger("cronbus.events")
+REMOVED_FROM_CODE = "its handler is no longer in the code"
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:")
 
 
@@ -374,16 +377,31 @@ class Subscriptions:
         return ids
 
     async def sync(self) -> builtins.list[str]:
-        """Store the code's handler subscriptions (``@app.subscribe``); return their names."""
+        """Store the code's handler subscriptions (``@app.subscribe``), and pause (never
+        delete) those no longer in the code, as jobs are; return the names paused."""
         now = self.app.clock.now()
+        stored = {sub.name: sub for sub in await self.store.list_subscriptions()}
         for spec in self.app.code_subscriptions.values():
-            try:
-                current = await self.store.get_subscription(spec.name)
-            except SubscriptionNotFoundError:
-                current = None
+            current = stored.get(spec.name)
             if current is None or current.spec != spec:
                 await self.store.put_subscription(spec, now)
-        return sorted(self.app.code_subscriptions)
+        gone = [
+            sub.name
+            for sub in stored.values()
+            if sub.spec.origin is Origin.CODE
+            and sub.name not in self.app.code_subscriptions
+            and not sub.paused
+        ]
+        for name in gone:
+            await self.store.set_subscription_paused(name, True, REMOVED_FROM_CODE, now)
+            log.warning(
+                "subscription %s is no longer in the code: paused, not deleted "
+                "(`cronbus subs delete %s` deletes it)",
+                name,
+                name,
+                extra={"action": "subscription.paused"},
+            )
+        return gone
 
 
 def handler_spec(

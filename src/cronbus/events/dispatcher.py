@@ -112,8 +112,7 @@ class Dispatcher:
         changes = await self.app.store.listen([SUBSCRIPTIONS_CHANNEL])
         log.info("dispatcher %s started", self.id, extra={"action": "dispatcher.start"})
         try:
-            if self.app.code_subscriptions:
-                await self.app.subscriptions.sync()
+            await self.app.subscriptions.sync()
             loop = asyncio.get_running_loop()
             balance_at = trim_at = loop.time()
             while not stopping.is_set():

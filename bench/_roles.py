@@ -19,12 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
-import os
-import select
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Coroutine, Sequence
@@ -33,6 +29,7 @@ from typing import Any
 
 from _app import app
 from _common import worker_env
+from _subprocess import ChildProcess
 from _worker import _die_with_parent
 from cronbus import App
 from cronbus.runner import Roles
@@ -155,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 # -- the parent side -----------------------------------------------------------------------------
-class RoleProcess:
+class RoleProcess(ChildProcess):
     """One ``bench/_roles.py`` subprocess: started and awaited ``ready`` on entry, stopped on
     exit (SIGTERM, then SIGKILL after ``stop_timeout``), whatever happens in between."""
 
@@ -175,7 +172,7 @@ class RoleProcess:
     ) -> None:
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; use one of {', '.join(ROLES)}")
-        self.command = [
+        command = [
             sys.executable,
             str(ROLES_SCRIPT),
             "--role",
@@ -192,85 +189,27 @@ class RoleProcess:
             str(batch),
             "--ready-timeout",
             str(ready_timeout),
-            "--parent",
-            str(os.getpid()),
             *(["--sync"] if sync else []),
             *extra,
         ]
+        super().__init__(
+            role,
+            command,
+            env=worker_env(),
+            ready_timeout=ready_timeout,
+            stop_timeout=stop_timeout,
+        )
         self.role = role
-        self.ready_timeout = ready_timeout
-        self.stop_timeout = stop_timeout
-        self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0.0
         """``time.perf_counter()`` when the process was launched."""
         self.ready_after = 0.0
         """Seconds from launch to ``ready`` (interpreter start-up and imports included)."""
 
-    @property
-    def pid(self) -> int:
-        """The process id."""
-        assert self.proc is not None
-        return self.proc.pid
-
-    def __enter__(self) -> RoleProcess:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self) -> None:
-        """Launch the process and wait until it prints ``ready``."""
+        """Launch the process, wait until it prints ``ready``, and time that."""
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            self.command, env=worker_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
-        )
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], self.ready_timeout)
-        line = self.proc.stdout.readline() if ready else b""
-        if line.strip() != b"ready":
-            raise RuntimeError(
-                f"{self.role} process {self.proc.pid} did not get ready in {self.ready_timeout}s "
-                f"(exit code {self.proc.poll()})"
-            )
+        super().start()
         self.ready_after = time.perf_counter() - self.started
-
-    def check_alive(self) -> None:
-        """Raise if the process has exited."""
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(
-                f"{self.role} process {self.proc.pid} exited early with code {self.proc.poll()}"
-            )
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time the process has used so far (Linux ``/proc``)."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        # After the command name: state is field 3, utime 14 and stime 15 (1-based).
-        ticks = int(fields[11]) + int(fields[12])
-        return ticks / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        """SIGTERM the process, wait for it, and SIGKILL it if it does not stop."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=self.stop_timeout)
-        except subprocess.TimeoutExpired:
-            print(f"{self.role} {proc.pid} ignored SIGTERM; killing it", file=sys.stderr)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            with contextlib.suppress(OSError):
-                proc.stdout.close()
 
 
 if __name__ == "__main__":

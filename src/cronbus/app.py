@@ -14,8 +14,8 @@ from typing import Any, TypeVar, overload
 from .clock import Clock, SystemClock
 from .config import Settings
 from .errors import ConfigurationError, CronbusError, UnknownTaskError
-from .events.bus import Events, Subscriptions, event_for, handler_spec
-from .events.event import Event
+from .events.bus import Events, Subscriptions, handler_spec
+from .events.event import DEFAULT_SOURCE, Event, make_event
 from .events.records import SubscriptionSpec
 from .events.targets import Handler
 from .jobs import JobOptions, Jobs, build_spec
@@ -274,7 +274,7 @@ class App:
         type: str,
         data: Any = None,
         *,
-        source: str | None = None,
+        source: str = DEFAULT_SOURCE,
         subject: str | None = None,
         id: str | None = None,
         key: str | None = None,
@@ -284,7 +284,7 @@ class App:
 
         A repeated ``id`` in the topic is stored once: the stored event's offset is returned.
         """
-        event = event_for(type, data, source=source, subject=subject, id=id, key=key, time=time)
+        event = make_event(type, data, source=source, subject=subject, id=id, key=key, time=time)
         (published,) = await self.events.publish_many(topic, [event])
         return published.event
 
@@ -294,7 +294,7 @@ class App:
         type: str,
         data: Any = None,
         *,
-        source: str | None = None,
+        source: str = DEFAULT_SOURCE,
         subject: str | None = None,
         id: str | None = None,
         key: str | None = None,

@@ -18,8 +18,8 @@ from typing import Any
 import click
 
 from ..app import App
-from ..events.bus import Published, event_for
-from ..events.event import Event
+from ..events.bus import Published
+from ..events.event import DEFAULT_SOURCE, Event, make_event
 from ..events.records import TopicInfo
 from . import render
 from .loading import CronbusGroup, app_options, resolve_app, run_with_app
@@ -86,7 +86,9 @@ def publish(
 ) -> None:
     """Append one event to TOPIC and print its offset once it is durable."""
     # Built (and so checked) before the store is opened: a refused event leaves no trace.
-    event = event_for(type_, data, source=source, subject=subject, id=event_id, key=key)
+    event = make_event(
+        type_, data, source=source or DEFAULT_SOURCE, subject=subject, id=event_id, key=key
+    )
 
     async def append(app: App) -> Published:
         (published,) = await app.events.publish_many(topic, [event])

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidArgumentError, SubscriptionNotFoundError
 from ..serialization import encode_value
 from ..store.events_base import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore
-from .event import Event, make_event, validate_topic
+from .event import Event, validate_topic
 from .filters import Filter
 from .records import (
     Delivery,
@@ -428,20 +428,3 @@ def handler_spec(
         origin=Origin.CODE,
         start=start,
     )
-
-
-def event_for(
-    type: str,
-    data: Any = None,
-    *,
-    source: str | None = None,
-    subject: str | None = None,
-    id: str | None = None,
-    key: str | None = None,
-    time: Any = None,
-) -> Event:
-    """Build an event for ``publish``: ``make_event`` with the bus's defaults."""
-    kwargs: dict[str, Any] = {"subject": subject, "id": id, "key": key, "time": time}
-    if source is not None:
-        kwargs["source"] = source
-    return make_event(type, data, **kwargs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import importlib
 import os
 import sys
@@ -24,6 +25,7 @@ from ..app import App
 from ..errors import CronbusError
 
 T = TypeVar("T")
+E = TypeVar("E", bound=enum.StrEnum)
 FC = TypeVar("FC", bound=Callable[..., Any])
 
 APP_HELP = (
@@ -107,6 +109,26 @@ def app_options(*, app_required: bool = False) -> Callable[[FC], FC]:
         )(fn)
 
     return decorate
+
+
+def parse_states(
+    kind: type[E],
+) -> Callable[[click.Context, click.Parameter, tuple[str, ...]], tuple[E, ...]]:
+    """A ``--state`` callback for states of ``kind`` (runs, workers, deliveries): the option
+    given several times, comma separated, or both; an unknown name is a usage error."""
+
+    def parse(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[E, ...]:
+        states: list[E] = []
+        for value in values:
+            for name in filter(None, (part.strip().lower() for part in value.split(","))):
+                try:
+                    states.append(kind(name))
+                except ValueError:
+                    known = ", ".join(s.value for s in kind)
+                    raise click.BadParameter(f"unknown state {name!r} (use {known})") from None
+        return tuple(dict.fromkeys(states))
+
+    return parse
 
 
 def resolve_app(app_spec: str | None, store_url: str | None) -> App:

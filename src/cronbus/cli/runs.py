@@ -12,7 +12,14 @@ from ..errors import InvalidTransitionError
 from ..model import Attempt, Run, RunFilter
 from ..states import RunEvent, RunState, sources
 from . import render
-from .loading import CliError, CronbusGroup, app_options, resolve_app, run_with_app
+from .loading import (
+    CliError,
+    CronbusGroup,
+    app_options,
+    parse_states,
+    resolve_app,
+    run_with_app,
+)
 
 _json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document instead of a table."
@@ -32,27 +39,12 @@ def runs() -> None:
     """List, inspect, cancel and retry runs."""
 
 
-def _parse_states(
-    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
-) -> tuple[RunState, ...]:
-    """Read ``--state`` given several times, comma separated, or both."""
-    states: list[RunState] = []
-    for value in values:
-        for name in filter(None, (part.strip().lower() for part in value.split(","))):
-            try:
-                states.append(RunState(name))
-            except ValueError:
-                known = ", ".join(s.value for s in RunState)
-                raise click.BadParameter(f"unknown state {name!r} (use {known})") from None
-    return tuple(dict.fromkeys(states))
-
-
 @runs.command("list")
 @click.option(
     "--state",
     "states",
     multiple=True,
-    callback=_parse_states,
+    callback=parse_states(RunState),
     help="Only runs in this state; repeat it or separate states with commas.",
 )
 @click.option("--task", help="Only runs of this task.")

@@ -25,7 +25,14 @@ from ..events.records import Delivery, DeliveryAttempt, Origin, Subscription
 from ..events.states import DeliveryState
 from ..events.targets import check_target
 from . import render
-from .loading import CliError, CronbusGroup, app_options, resolve_app, run_with_app
+from .loading import (
+    CliError,
+    CronbusGroup,
+    app_options,
+    parse_states,
+    resolve_app,
+    run_with_app,
+)
 from .subs_render import (
     Seen,
     attempt_json,
@@ -430,27 +437,13 @@ def replay(
 
 
 # -- deliveries and attempts ---------------------------------------------------------------------
-def parse_delivery_states(
-    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
-) -> tuple[DeliveryState, ...]:
-    """Read ``--state`` given several times, comma separated, or both."""
-    states: list[DeliveryState] = []
-    for name in _split(ctx, param, values):
-        try:
-            states.append(DeliveryState(name.lower()))
-        except ValueError:
-            known = ", ".join(s.value for s in DeliveryState)
-            raise click.BadParameter(f"unknown state {name!r} (use {known})") from None
-    return tuple(dict.fromkeys(states))
-
-
 @subs.command("deliveries")
 @_name_argument
 @click.option(
     "--state",
     "states",
     multiple=True,
-    callback=parse_delivery_states,
+    callback=parse_states(DeliveryState),
     help="Only deliveries in this state (pending, in_flight, acked, retry, dead); repeat it or "
     "separate states with commas.",
 )

@@ -26,7 +26,14 @@ from ..app import App
 from ..model import Run, WorkerInfo, WorkerState
 from ..states import ACTIVE
 from . import render
-from .loading import CliError, CronbusGroup, app_options, resolve_app, run_with_app
+from .loading import (
+    CliError,
+    CronbusGroup,
+    app_options,
+    parse_states,
+    resolve_app,
+    run_with_app,
+)
 
 _STATE_STYLES = {
     WorkerState.ALIVE: "green",
@@ -75,27 +82,12 @@ def workers() -> None:
     """
 
 
-def _parse_states(
-    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
-) -> tuple[WorkerState, ...]:
-    """Read ``--state`` given several times, comma separated, or both."""
-    states: list[WorkerState] = []
-    for value in values:
-        for name in filter(None, (part.strip().lower() for part in value.split(","))):
-            try:
-                states.append(WorkerState(name))
-            except ValueError:
-                known = ", ".join(s.value for s in WorkerState)
-                raise click.BadParameter(f"unknown state {name!r} (use {known})") from None
-    return tuple(dict.fromkeys(states))
-
-
 @workers.command("list")
 @click.option(
     "--state",
     "states",
     multiple=True,
-    callback=_parse_states,
+    callback=parse_states(WorkerState),
     help="Only workers in this state (alive, draining, lost, stopped); repeat it or separate "
     "states with commas.",
 )

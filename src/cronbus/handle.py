@@ -1,4 +1,10 @@
-"""Handles: what ``defer`` returns, a window onto one run in the store."""
+"""Handles: what ``defer`` returns, a window onto one run in the store.
+
+``wait()`` returns the run when it succeeded (or was skipped by a job's policy) and raises
+:class:`RunEndedError` (a :class:`~cronbus.errors.RunFailedError`) when it ended ``dead`` or
+``cancelled``, so ``handle.wait(10).result`` never hides a failure; ``wait(raise_error=False)``
+returns the run whatever its end.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from .errors import RunTimeoutError
+from .errors import RunFailedError, RunTimeoutError
 from .model import JSON, ErrorInfo, Run
 from .states import RunState
 
@@ -15,6 +21,54 @@ if TYPE_CHECKING:
 
 _FIRST_POLL = 0.002
 _MAX_POLL = 0.05
+_FAILED = frozenset({RunState.DEAD, RunState.CANCELLED})
+"""The ends that ``wait`` reports by raising."""
+_MESSAGE_WIDTH = 200
+
+
+class RunEndedError(RunFailedError):
+    """A run ended ``dead`` or ``cancelled``; what its last attempt raised is kept here.
+
+    ``str()`` is one line (``run 7 of app.send is dead: ConnectionError: down``); the whole
+    story is in the attributes: ``run`` (the run as it ended), ``run_id``, ``state``,
+    ``error_type`` (None when no attempt failed, e.g. a run cancelled while it waited),
+    ``error_message`` and ``traceback`` (empty strings then).
+    """
+
+    def __init__(self, run: Run) -> None:
+        error = run.error
+        self.run = run
+        self.run_id = run.id
+        self.state = run.state
+        self.error_type: str | None = error.type if error else None
+        self.error_message = error.message if error else ""
+        self.traceback = error.traceback if error else ""
+        super().__init__(_one_line(run))
+        if self.traceback:
+            # A note is printed with the exception's own traceback but kept out of str(), so
+            # a test that fails on it shows where the task failed, and logs stay one line.
+            self.add_note(
+                f"the task's traceback (attempt on the worker):\n{self.traceback.rstrip()}"
+            )
+
+
+def _one_line(run: Run) -> str:
+    """``run 7 of app.send is dead: ConnectionError: down``, cut to one short line."""
+    text = f"run {run.id} of {run.task} is {run.state.value}"
+    if run.error is not None:
+        lines = run.error.message.strip().splitlines()
+        first = lines[0] if lines else ""
+        if len(first) > _MESSAGE_WIDTH:
+            first = first[: _MESSAGE_WIDTH - 1] + "…"
+        text += f": {run.error.type}: {first}" if first else f": {run.error.type}"
+    return text
+
+
+def check_ended(run: Run) -> Run:
+    """Return ``run``, or raise :class:`RunEndedError` when it ended dead or cancelled."""
+    if run.state in _FAILED:
+        raise RunEndedError(run)
+    return run
 
 
 class RunHandle:
@@ -68,14 +122,20 @@ class RunHandle:
         """Cancel the run (blocking)."""
         return self._app.blocking(self.cancel_async())
 
-    async def wait_async(self, timeout: float | None = None) -> Run:
-        """Wait until the run ends (succeeded, dead, cancelled or skipped) and return it."""
+    async def wait_async(self, timeout: float | None = None, *, raise_error: bool = True) -> Run:
+        """Wait until the run ends (succeeded, dead, cancelled or skipped) and return it.
+
+        A run that ended ``dead`` or ``cancelled`` raises :class:`RunEndedError` (a
+        :class:`~cronbus.errors.RunFailedError` with the error type, message and traceback of
+        its last attempt), unless ``raise_error`` is false. :class:`RunTimeoutError` after
+        ``timeout`` seconds.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = _FIRST_POLL
         while True:
             run = await self.fetch_async()
             if run.state.terminal:
-                return run
+                return check_ended(run) if raise_error else run
             if deadline is not None and time.monotonic() >= deadline:
                 raise RunTimeoutError(
                     f"run {self.id} is still {run.state.value} after {timeout} seconds"
@@ -84,6 +144,10 @@ class RunHandle:
             await asyncio.sleep(max(0.0, left))
             pause = min(pause * 2, _MAX_POLL)
 
-    def wait(self, timeout: float | None = None) -> Run:
-        """Block until the run ends and return it; :class:`RunTimeoutError` after ``timeout``."""
-        return self._app.blocking(self.wait_async(timeout))
+    def wait(self, timeout: float | None = None, *, raise_error: bool = True) -> Run:
+        """Block until the run ends and return it (see :meth:`wait_async`).
+
+        Raises :class:`RunEndedError` for a dead or cancelled run unless ``raise_error`` is
+        false, and :class:`RunTimeoutError` after ``timeout`` seconds.
+        """
+        return self._app.blocking(self.wait_async(timeout, raise_error=raise_error))

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 
 from .app import App
-from .errors import RunFailedError
+from .handle import RunEndedError
 from .model import ClaimRequest, QueueShare, Run
 from .states import RunState
 from .worker import capture
@@ -71,8 +71,9 @@ async def run_until_idle_async(
     """Execute every due run of the app's queues here, one at a time, until none is due.
 
     Returns the runs it executed, as they ended. With ``raise_errors``, a run that ends dead
-    raises :class:`RunFailedError` carrying the task's error and traceback. Retries scheduled
-    in the future are left alone: advance the app's clock and call again.
+    raises :class:`~cronbus.handle.RunEndedError` (a :class:`~cronbus.errors.RunFailedError`)
+    with the task's error type, message and traceback as attributes, as ``handle.wait()`` does.
+    Retries scheduled in the future are left alone: advance the app's clock and call again.
     """
     names = list(queues or sorted({t.queue for t in app.tasks.values()} or {"default"}))
     executor = Executor(app.tasks, clock=app.clock, concurrency=1, log_limit=app.settings.log_limit)
@@ -95,11 +96,8 @@ async def run_until_idle_async(
                 await app.store.complete([outcome], app.clock.now())
             run = await app.store.get_run(claimed[0].run_id)
             ran.append(run)
-            if raise_errors and run.state is RunState.DEAD and run.error is not None:
-                raise RunFailedError(
-                    f"run {run.id} of {run.task} is dead: {run.error.type}: "
-                    f"{run.error.message}\n{run.error.traceback}"
-                )
+            if raise_errors and run.state is RunState.DEAD:
+                raise RunEndedError(run)
     finally:
         capture.uninstall()
         executor.shutdown()

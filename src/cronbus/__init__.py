@@ -23,6 +23,8 @@ from .errors import (
     StoreURLError,
     UnknownTaskError,
 )
+from .events.event import Event, make_event
+from .events.signing import generate_secret
 from .handle import RunHandle
 from .model import Attempt, ErrorInfo, Run
 from .retry import Retry
@@ -41,6 +43,7 @@ __all__ = [
     "ConfigurationError",
     "CronbusError",
     "ErrorInfo",
+    "Event",
     "Interrupted",
     "InvalidArgumentError",
     "InvalidTransitionError",
@@ -60,4 +63,6 @@ __all__ = [
     "Worker",
     "__version__",
     "current_token",
+    "generate_secret",
+    "make_event",
 ]

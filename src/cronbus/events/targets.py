@@ -2,24 +2,34 @@
 
 A target pushes one event and reports what happened as a :class:`PushResult`; it never raises
 for the target's own failures, and it never decides about retries: the dispatcher does, from
-the result and the subscription's policy.
+the result and the subscription's policy. Each target has a ``label`` that logs may show: a
+webhook's ``host:port`` (never its URL, which may hold credentials), ``task NAME``, ``handler
+NAME``.
+
+Webhooks do not follow redirects: a 3xx is a failed attempt whose error names the Location
+(following one would send the signed body to a host nobody subscribed, and turn a POST into a
+GET). Their addresses must pass the network policy (:mod:`.netpolicy`), at creation for a
+literal IP and at every push after DNS resolution.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 
 from ..errors import InvalidArgumentError, UnknownTaskError
 from ..model import NewRun
 from .event import Event
+from .handlers import HandlerPool
+from .masking import host_label, mask_url
+from .netpolicy import NetPolicy, literal_address, numeric_lookalike
 from .pacing import retry_after
 from .records import Delivery, EventRecord, SubscriptionSpec, TargetKind
 from .signing import decode_secrets, webhook_headers
@@ -29,6 +39,8 @@ if TYPE_CHECKING:
 
 SNIPPET = 512
 """Characters of a target's response kept with each attempt."""
+MAX_URL = 2048
+"""Characters of a webhook URL at most."""
 
 Handler = Callable[[Event], Any]
 
@@ -49,6 +61,9 @@ class PushResult:
 
 class Target(Protocol):
     """Pushes events of one subscription."""
+
+    label: str
+    """What logs call the target: a webhook's host, ``task NAME`` or ``handler NAME``."""
 
     async def push(self, delivery: Delivery, event: EventRecord) -> PushResult:
         """Push one event; report the outcome instead of raising."""
@@ -76,9 +91,7 @@ def check_target(target: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a target definition, returning it normalised, or raise saying what is wrong."""
     kind = target.get("kind")
     if kind == TargetKind.WEBHOOK:
-        url = target.get("url")
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise InvalidArgumentError(f"a webhook target needs an http(s) url, not {url!r}")
+        url = check_url(target.get("url"))
         headers = target.get("headers") or {}
         if not isinstance(headers, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
@@ -107,17 +120,68 @@ def check_target(target: Mapping[str, Any]) -> dict[str, Any]:
     raise InvalidArgumentError(f"unknown target kind {kind!r} (known: {known})")
 
 
+def check_url(url: object, policy: NetPolicy | None = None) -> str:
+    """A webhook URL: http(s), a host, no whitespace, a literal address the policy allows.
+
+    ``policy`` defaults to the environment's (:meth:`NetPolicy.from_env`). Host names are
+    checked after resolution, at every push.
+    """
+    if not isinstance(url, str):
+        raise InvalidArgumentError(f"a webhook target needs an http(s) url, not {url!r:.80}")
+    shown = mask_url(url)[:80]
+    if not url or len(url) > MAX_URL:
+        raise InvalidArgumentError(f"a webhook url has 1 to {MAX_URL} characters, not {len(url)}")
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise InvalidArgumentError(
+            f"a webhook url may not contain spaces or control characters: {shown!r} "
+            "(percent-encode them, e.g. %20)"
+        )
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        _ = parts.port  # reading it checks it (ValueError when out of range)
+    except ValueError as exc:
+        raise InvalidArgumentError(f"a webhook url does not parse ({exc}): {shown!r}") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise InvalidArgumentError(
+            f"a webhook target needs an http(s) url with a host, like "
+            f"https://example.com/hooks, not {shown!r}"
+        )
+    address = literal_address(host)
+    if address is None and numeric_lookalike(host):
+        raise InvalidArgumentError(
+            f"a webhook url's host {host[:80]!r} looks like an address but is not one; write "
+            "IPv4 addresses as four decimal numbers (127.0.0.1)"
+        )
+    if address is not None:
+        (policy or NetPolicy.from_env()).check(address, f"webhook url {shown!r}")
+    return url
+
+
 class WebhookTarget:
     """POSTs the CloudEvents JSON, signed as Standard Webhooks define it; 2xx acknowledges."""
 
-    def __init__(self, client: aiohttp.ClientSession, target: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        client: aiohttp.ClientSession,
+        target: Mapping[str, Any],
+        policy: NetPolicy | None = None,
+    ) -> None:
         self.client = client
         self.url: str = target["url"]
         self.headers: dict[str, str] = dict(target.get("headers") or {})
         self.secrets: list[str] = list(target.get("secrets") or [])
+        self.policy = policy if policy is not None else NetPolicy.from_env()
+        self.label = host_label(self.url)
+
+    def __repr__(self) -> str:
+        return f"<WebhookTarget {mask_url(self.url)}>"
 
     async def push(self, delivery: Delivery, event: EventRecord) -> PushResult:
         """POST the event; the event id is the ``webhook-id``, the receiver's idempotency key."""
+        denied = self._denied()
+        if denied is not None:
+            return PushResult(ok=False, error=denied)
         body = json.dumps(to_event(event).to_cloudevent(), separators=(",", ":")).encode()
         headers = {"content-type": "application/cloudevents+json", **self.headers}
         if self.secrets:
@@ -125,24 +189,42 @@ class WebhookTarget:
         else:
             headers["webhook-id"] = event.id
         try:
-            async with self.client.post(self.url, data=body, headers=headers) as response:
+            async with self.client.post(
+                self.url, data=body, headers=headers, allow_redirects=False
+            ) as response:
                 status = response.status
                 # A snippet is enough; a longer body closes the connection instead of being read.
                 raw = await response.content.read(SNIPPET)
                 asked = response.headers.get("retry-after")
+                location = response.headers.get("location")
         except (aiohttp.ClientError, OSError) as exc:
-            return PushResult(ok=False, error=f"{type(exc).__name__}: {exc}"[:SNIPPET])
+            return PushResult(ok=False, error=self._clean(f"{type(exc).__name__}: {exc}"))
         snippet = raw.decode("utf-8", "replace") if raw else None
         if 200 <= status < 300:
             return PushResult(ok=True, status=status, response=snippet)
+        error = f"HTTP {status}"
+        if 300 <= status < 400:
+            where = mask_url(location) if location else "no Location header"
+            error = f"HTTP {status}: redirect to {where[:200]} not followed"
         return PushResult(
             ok=False,
             status=status,
             response=snippet,
-            error=f"HTTP {status}",
+            error=error,
             retry_after=retry_after(asked, _now()) if status in (429, 503) else None,
             gone=status == 410,
         )
+
+    def _denied(self) -> str | None:
+        """Why a literal address is refused (resolved names are checked by the resolver)."""
+        address = literal_address(urlsplit(self.url).hostname or "")
+        if address is None or self.policy.allows(address):
+            return None
+        return f"the address {address} is in a denied network (see CRONBUS_WEBHOOK_ALLOW)"
+
+    def _clean(self, error: str) -> str:
+        """An error message without the URL's secrets (aiohttp may quote the URL)."""
+        return error.replace(self.url, mask_url(self.url))[:SNIPPET]
 
 
 class TaskTarget:
@@ -156,6 +238,7 @@ class TaskTarget:
         self.app = app
         self.task: str = target["task"]
         self.queue: str | None = target.get("queue")
+        self.label = f"task {self.task}"
 
     async def push(self, delivery: Delivery, event: EventRecord) -> PushResult:
         """Defer the run durably; acknowledged once the run is stored."""
@@ -180,20 +263,27 @@ class TaskTarget:
 
 
 class HandlerTarget:
-    """Calls a function of the dispatcher's app (``@app.subscribe``); returning acknowledges."""
+    """Calls a function of the dispatcher's app (``@app.subscribe``); returning acknowledges.
 
-    def __init__(self, handler: Handler) -> None:
+    Sync functions run on the dispatcher's :class:`~.handlers.HandlerPool`, where the push's
+    timeout interrupts them.
+    """
+
+    def __init__(self, handler: Handler, name: str, pool: HandlerPool) -> None:
         self.handler = handler
+        self.name = name
+        self.pool = pool
         self.is_async = inspect.iscoroutinefunction(handler)
+        self.label = f"handler {name}"
 
     async def push(self, delivery: Delivery, event: EventRecord) -> PushResult:
-        """Call the handler (sync ones in a thread); an exception is a failed push."""
+        """Call the handler; an exception is a failed push."""
         value = to_event(event)
         try:
             if self.is_async:
                 await self.handler(value)
             else:
-                await asyncio.to_thread(self.handler, value)
+                await self.pool.call(self.handler, value, delivery.subscription)
         except Exception as exc:
             return PushResult(ok=False, error=f"{type(exc).__name__}: {exc}"[:SNIPPET])
         return PushResult(ok=True)
@@ -205,16 +295,19 @@ def build_target(
     app: App,
     client: aiohttp.ClientSession,
     handlers: Mapping[str, Handler],
+    handler_pool: HandlerPool,
+    policy: NetPolicy,
 ) -> Target | None:
     """The target of a subscription, or None when this process cannot push to it (a handler
     that is not in this app)."""
     kind = spec.kind
     if kind is TargetKind.WEBHOOK:
-        return WebhookTarget(client, spec.target)
+        return WebhookTarget(client, spec.target, policy)
     if kind is TargetKind.TASK:
         return TaskTarget(app, spec.target)
-    handler = handlers.get(str(spec.target.get("handler")))
-    return HandlerTarget(handler) if handler is not None else None
+    name = str(spec.target.get("handler"))
+    handler = handlers.get(name)
+    return HandlerTarget(handler, name, handler_pool) if handler is not None else None
 
 
 def _now() -> float:

@@ -12,18 +12,17 @@ import re
 import sys
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import click
 from rich.text import Text
 
 from ..app import App
-from ..errors import SubscriptionNotFoundError
+from ..errors import InvalidArgumentError, SubscriptionNotFoundError
 from ..events.bus import build_filter, build_policy, check_name
 from ..events.event import validate_topic
 from ..events.records import Delivery, DeliveryAttempt, Origin, Subscription
 from ..events.states import DeliveryState
-from ..events.targets import check_target
+from ..events.targets import check_target, check_url
 from . import render
 from .loading import (
     CliError,
@@ -84,12 +83,10 @@ def _headers(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
 def _webhook(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is None:
         return None
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise click.BadParameter(
-            f"{value!r} is not an http(s) URL with a host, like https://example.com/hooks"
-        )
-    return value
+    try:
+        return check_url(value)
+    except InvalidArgumentError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _filter(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, Any]:
@@ -124,7 +121,14 @@ def _filter(ctx: click.Context, param: click.Parameter, value: str | None) -> di
     help="A full filter as JSON (docs/events.md), e.g. data conditions; --types, --source and "
     "--subject replace its keys of the same name.",
 )
-@click.option("--webhook", metavar="URL", callback=_webhook, help="POST each event to this URL.")
+@click.option(
+    "--webhook",
+    metavar="URL",
+    callback=_webhook,
+    help="POST each event to this http(s) URL. Redirects are not followed; link-local, cloud "
+    "metadata, unspecified and multicast addresses are refused (CRONBUS_WEBHOOK_DENY and "
+    "CRONBUS_WEBHOOK_ALLOW change that).",
+)
 @click.option(
     "--secret",
     "secrets",
@@ -138,7 +142,8 @@ def _filter(ctx: click.Context, param: click.Parameter, value: str | None) -> di
     multiple=True,
     callback=_headers,
     metavar="'NAME: VALUE'",
-    help="Send this header with each webhook; repeatable.",
+    help="Send this header with each webhook; repeatable. Values are masked wherever the "
+    "subscription is shown.",
 )
 @click.option("--task", metavar="NAME", help="Create a run of this task for each event.")
 @click.option("--queue", help="The queue of those runs (default: the task's).")
@@ -149,10 +154,30 @@ def _filter(ctx: click.Context, param: click.Parameter, value: str | None) -> di
     show_default=True,
     help="Deliver events published from now on, or the whole topic.",
 )
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS")
-@click.option("--max-in-flight", type=click.IntRange(min=1), metavar="N")
-@click.option("--max-attempts", type=click.IntRange(min=1), metavar="N")
-@click.option("--backoff", type=click.FloatRange(min=0), metavar="SECONDS")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Longest one push may take before it is interrupted and counted failed [default: 10].",
+)
+@click.option(
+    "--max-in-flight",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Deliveries of this subscription pushed at once, at most [default: 16].",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Attempts before a delivery becomes a dead letter [default: 8].",
+)
+@click.option(
+    "--backoff",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="First retry delay, doubled each retry with jitter, up to 300 s [default: 1].",
+)
 @click.option(
     "--rate-limit",
     type=click.FloatRange(min=0, min_open=True),

@@ -2,7 +2,9 @@
 
 A subscription's state is one word: ``active``, ``paused`` (by a person), or ``disabled`` (paused
 by cronbus, with the reason: a webhook that answered 410 Gone). Its lag is how many offsets of
-its topic lie past its cursor. Webhook secrets are never printed, only how many there are.
+its topic lie past its cursor. Webhook secrets are never printed, only how many there are;
+header values and a URL's credentials and query values are masked, in tables and in ``--json``
+alike (:mod:`cronbus.events.masking`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
+from ..events.masking import public_target, short_url
 from ..events.records import Delivery, DeliveryAttempt, Subscription
 from ..events.states import DeliveryState
 from . import render
@@ -30,6 +33,9 @@ _DELIVERY_STYLES = {
     DeliveryState.DEAD: "bold red",
 }
 _MESSAGE_WIDTH = 80
+_TARGET_WIDTH = 40
+"""Characters of a webhook URL in the list's table (masked, without its scheme)."""
+_STATE_WIDTH = max(len(word) for word in _STATE_STYLES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +65,7 @@ def subscription_json(seen: Seen) -> dict[str, Any]:
     return {
         "name": sub.name,
         "topic": sub.topic,
-        "target": _public_target(sub.spec.target),
+        "target": public_target(sub.spec.target),
         "filter": sub.spec.filter,
         "policy": sub.spec.policy.to_json(),
         "origin": sub.spec.origin.value,
@@ -74,13 +80,6 @@ def subscription_json(seen: Seen) -> dict[str, Any]:
         "created_at": render.iso(sub.created_at),
         "updated_at": render.iso(sub.updated_at),
     }
-
-
-def _public_target(target: dict[str, Any]) -> dict[str, Any]:
-    if target.get("kind") != "webhook":
-        return dict(target)
-    shown = {k: v for k, v in target.items() if k != "secrets"}
-    return {**shown, "secret_count": len(target.get("secrets") or [])}
 
 
 def delivery_json(delivery: Delivery) -> dict[str, Any]:
@@ -140,11 +139,12 @@ def delivery_state_text(state: DeliveryState) -> Text:
     return Text(state.value, style=_DELIVERY_STYLES.get(state, ""))
 
 
-def target_summary(target: dict[str, Any]) -> str:
-    """A target in a few words: its URL, or ``task NAME [queue Q]``, or ``handler NAME``."""
+def target_summary(target: dict[str, Any], width: int = 2000) -> str:
+    """A target in a few words: its masked URL (cut to ``width``), ``task NAME [queue Q]``, or
+    ``handler NAME``."""
     kind = target.get("kind")
     if kind == "webhook":
-        return str(target.get("url"))
+        return short_url(str(target.get("url")), width)
     if kind == "task":
         queue = target.get("queue")
         return f"task {target.get('task')}" + (f" (queue {queue})" if queue else "")
@@ -165,15 +165,21 @@ def filter_summary(spec: dict[str, Any]) -> str:
 
 def print_subs(seen: Sequence[Seen]) -> None:
     """Print subscriptions as a table, with their lag behind the topic's end."""
-    columns = ("NAME", "TOPIC", "TARGET", "FILTER", "STATE", "CURSOR", "LAG", "HOLDER")
-    rows = table(*columns, right=("CURSOR", "LAG"), wrap=("TARGET", "FILTER"))
+    columns = ("NAME", "STATE", "TOPIC", "TARGET", "FILTER", "CURSOR", "LAG", "HOLDER")
+    rows = table(*columns, right=("CURSOR", "LAG"), wrap=("TARGET", "FILTER", "HOLDER"))
+    # The state is one whole word however narrow the terminal (its reason is in `subs show`);
+    # the target wraps rather than being cut to a letter.
+    rows.columns[1].min_width = _STATE_WIDTH
+    rows.columns[3].min_width = min(_TARGET_WIDTH, 24)
+    rows.columns[3].overflow = "fold"
     for s in seen:
+        state = subscription_state(s.sub)
         rows.add_row(
             s.sub.name,
+            Text(state, style=_STATE_STYLES[state]),
             s.sub.topic,
-            target_summary(s.sub.spec.target),
+            target_summary(s.sub.spec.target, _TARGET_WIDTH),
             filter_summary(s.sub.spec.filter),
-            state_text(s.sub),
             str(s.sub.cursor),
             str(s.lag),
             s.holder or "-",
@@ -188,10 +194,10 @@ def subscription_fields(seen: Seen, counts: dict[str, int]) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    target = _public_target(sub.spec.target)
+    target = public_target(sub.spec.target)
     rows: builtins.list[tuple[str, str]] = [
         ("topic", sub.topic),
-        ("target", target_summary(target)),
+        ("target", target["url"] if target.get("kind") == "webhook" else target_summary(target)),
     ]
     if target.get("kind") == "webhook":
         headers = ", ".join(f"{k}: {v}" for k, v in target.get("headers", {}).items())

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .masking import public_target
 from .states import DeliveryState
 
 JSON = Any
@@ -131,9 +132,13 @@ class DeliveryPolicy:
         return cls(**known)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, repr=False)
 class SubscriptionSpec:
-    """A subscription's definition: topic, filter, target and policy (ready to store)."""
+    """A subscription's definition: topic, filter, target and policy (ready to store).
+
+    Its ``repr`` shows the target masked (:func:`~cronbus.events.masking.public_target`):
+    signing secrets, header values and URL credentials never reach a log or a traceback.
+    """
 
     name: str
     topic: str
@@ -150,6 +155,13 @@ class SubscriptionSpec:
     def kind(self) -> TargetKind:
         """The kind of target."""
         return TargetKind(self.target["kind"])
+
+    def __repr__(self) -> str:
+        return (
+            f"SubscriptionSpec(name={self.name!r}, topic={self.topic!r}, "
+            f"target={public_target(self.target)!r}, filter={self.filter!r}, "
+            f"policy={self.policy!r}, origin={self.origin!r}, start={self.start!r})"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import click
@@ -139,27 +140,48 @@ def _print_state(run_id: int, state: RunState, as_json: bool) -> None:
 
 
 # -- defer ---------------------------------------------------------------------------------------
+_SHOWN = 80
+"""Characters of a bad value that an error message shows."""
+_STDIN_KEY = "cronbus.stdin_read_by"
+
+
 def _json_array(ctx: click.Context, param: click.Parameter, value: str) -> list[Any]:
-    """Parse ``--args``: a JSON array of positional arguments."""
-    parsed = _json(value)
+    """Parse ``--args``: a JSON array of positional arguments (``-`` reads it from stdin)."""
+    parsed, where = _json(ctx, param, value)
     if not isinstance(parsed, list):
-        raise click.BadParameter(f"must be a JSON array, like '[1, \"a\"]'; got {value!r}")
+        raise click.BadParameter(f"must be a JSON array, like '[1, \"a\"]'; got {where}")
     return parsed
 
 
 def _json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, Any]:
-    """Parse ``--kwargs``: a JSON object of keyword arguments."""
-    parsed = _json(value)
+    """Parse ``--kwargs``: a JSON object of keyword arguments (``-`` reads it from stdin)."""
+    parsed, where = _json(ctx, param, value)
     if not isinstance(parsed, dict):
-        raise click.BadParameter(f'must be a JSON object, like \'{{"to": "a"}}\'; got {value!r}')
+        raise click.BadParameter(f'must be a JSON object, like \'{{"to": "a"}}\'; got {where}')
     return parsed
 
 
-def _json(value: str) -> Any:
+def _json(ctx: click.Context, param: click.Parameter, value: str) -> tuple[Any, str]:
+    """The parsed JSON, and how an error names where it came from."""
+    where = _shown(value)
+    if value == "-":
+        # Standard input can be read once: a second '-' would silently get nothing.
+        first = ctx.meta.get(_STDIN_KEY)
+        if first is not None:
+            raise click.BadParameter(f"standard input was already read by {first}; give one '-'")
+        ctx.meta[_STDIN_KEY] = f"--{param.name}"
+        value = sys.stdin.read()
+        where = f"{_shown(value)} from standard input"
     try:
-        return json.loads(value)
+        return json.loads(value), where
     except ValueError as exc:
-        raise click.BadParameter(f"{value!r} is not JSON ({exc})") from None
+        raise click.BadParameter(f"{where} is not JSON ({exc})") from None
+
+
+def _shown(value: str) -> str:
+    """A value as an error shows it: quoted, at most 80 characters."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
 
 
 @click.command()
@@ -169,14 +191,14 @@ def _json(value: str) -> Any:
     metavar="JSON-ARRAY",
     default="[]",
     callback=_json_array,
-    help="Positional arguments, as a JSON array.",
+    help="Positional arguments, as a JSON array; '-' reads it from standard input.",
 )
 @click.option(
     "--kwargs",
     metavar="JSON-OBJECT",
     default="{}",
     callback=_json_object,
-    help="Keyword arguments, as a JSON object.",
+    help="Keyword arguments, as a JSON object; '-' reads it from standard input.",
 )
 @click.option(
     "--delay",

@@ -319,6 +319,15 @@ class Pusher:
         faults, label = self.dispatcher.faults, self.target.label
         attempt = delivery.attempts + (1 if result.spend_attempt else 0)
         if result.retry_at is None:
+            then = "no attempts left"
+        elif not result.spend_attempt:
+            then = "the subscription is disabled; the delivery waits for a resume"
+        else:
+            then = f"retry in {max(0.0, result.retry_at - result.finished_at):.1f} s"
+        faults.failed(
+            self.name, label, attempt=attempt, status=result.status, error=result.error, then=then
+        )
+        if result.retry_at is None:
             faults.dead(
                 self.name,
                 label,
@@ -328,15 +337,6 @@ class Pusher:
                 status=result.status,
                 error=result.error,
             )
-            return
-        then = (
-            "the subscription is disabled; the delivery waits for a resume"
-            if not result.spend_attempt
-            else f"retry in {max(0.0, result.retry_at - result.finished_at):.1f} s"
-        )
-        faults.failed(
-            self.name, label, attempt=attempt, status=result.status, error=result.error, then=then
-        )
 
     async def _idle_timeout(self, now: float) -> float:
         """How long to sleep: until a retry is due, a probe may go, or a rate token comes."""

@@ -1,6 +1,7 @@
 """Settings: defaults, then ``CRONBUS_*`` environment variables, then explicit arguments.
 
-Each setting is read and validated once, here, into a frozen :class:`Settings`.
+Each setting is read and validated once, here, into a frozen :class:`Settings`; a bad one is
+refused with its name, the expected kind and the value given (at most 80 characters of it).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .errors import ConfigurationError
+from .serialization import DEFAULT_MAX_PAYLOAD_BYTES
+from .validation import shorten
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,24 +41,12 @@ class Settings:
     """Pushes a dispatcher runs at once, shared fairly by the subscriptions it holds."""
     dispatcher_lease_seconds: float = 15.0
     """A subscription's pusher belongs to its dispatcher this long past the last renewal."""
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    """Serialized JSON bytes a run's arguments or an event's data may take (1 MiB)."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "lease_seconds",
-            "poll_seconds",
-            "retry_aging_seconds",
-            "dispatcher_lease_seconds",
-        ):
-            _positive(name, getattr(self, name))
-        _positive("grace_seconds", self.grace_seconds, allow_zero=True)
-        if not 0 < self.heartbeat_fraction <= 0.5:
-            raise ConfigurationError(
-                f"heartbeat_fraction must be in (0, 0.5], got {self.heartbeat_fraction}: "
-                "a lease needs at least two heartbeats to survive one late one"
-            )
-        for name in ("concurrency", "max_lost", "log_limit", "dispatcher_pool"):
-            if getattr(self, name) < 1:
-                raise ConfigurationError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for item in fields(self):
+            _check(item.name, getattr(self, item.name), item.name)
 
     @property
     def heartbeat_seconds(self) -> float:
@@ -68,27 +59,82 @@ class Settings:
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Defaults, then ``CRONBUS_<NAME>`` from ``env`` (default ``os.environ``), then args."""
+        """Defaults, then ``CRONBUS_<NAME>`` from ``env`` (default ``os.environ``), then args.
+
+        A bad variable is reported by its name: ``CRONBUS_LEASE_SECONDS: expected a number of
+        seconds, got 'abc'``.
+        """
         env = os.environ if env is None else env
         values: dict[str, Any] = {}
-        for field in fields(cls):
-            raw = env.get("CRONBUS_" + field.name.upper())
+        for item in fields(cls):
+            variable = "CRONBUS_" + item.name.upper()
+            raw = env.get(variable)
             if raw is not None and raw.strip():
-                values[field.name] = _parse(field.name, raw, field.type)
+                values[item.name] = _check(item.name, _parse(variable, item.name, raw), variable)
         return cls(**values).with_overrides(**overrides)
 
 
-def _parse(name: str, raw: str, kind: Any) -> float | int:
+# Bounds of each setting: (lowest, highest, lowest allowed itself?). Seconds are floats, counts
+# are whole numbers; the upper bounds only keep a typo (an extra zero or six) from overflowing.
+_SECONDS: dict[str, tuple[float, bool]] = {
+    "lease_seconds": (0.0, False),
+    "poll_seconds": (0.0, False),
+    "retry_aging_seconds": (0.0, False),
+    "dispatcher_lease_seconds": (0.0, False),
+    "grace_seconds": (0.0, True),
+}
+_MAX_SECONDS = 365 * 86_400.0
+_COUNTS: dict[str, int] = {
+    "concurrency": 10_000,
+    "max_lost": 1_000_000,
+    "log_limit": 1 << 30,
+    "dispatcher_pool": 10_000,
+    "max_payload_bytes": 1 << 30,
+}
+
+
+def _parse(variable: str, name: str, raw: str) -> Any:
+    """An environment variable's text as the setting's kind, or an error naming the variable."""
+    text = raw.strip()
     try:
-        return int(raw) if kind in (int, "int") else float(raw)
+        return int(text) if name in _COUNTS else float(text)
     except ValueError:
         raise ConfigurationError(
-            f"CRONBUS_{name.upper()}={raw!r} is not a {'whole ' if kind == 'int' else ''}number"
+            f"{variable}: expected {_expected(name)}, got {shorten(raw)}"
         ) from None
 
 
-def _positive(name: str, value: float, allow_zero: bool = False) -> None:
-    if not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigurationError(f"{name} must be positive, got {value}")
+def _expected(name: str) -> str:
+    if name in _COUNTS:
+        return "a whole number"
+    return "a number of seconds" if name in _SECONDS else "a number"
+
+
+def _check(name: str, value: Any, label: str) -> Any:
+    """``value`` if it is a valid ``name`` setting, else an error naming ``label``."""
+    if name in _COUNTS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigurationError(f"{label}: expected a whole number, got {shorten(value)}")
+        if not 1 <= value <= _COUNTS[name]:
+            raise ConfigurationError(
+                f"{label}: expected a whole number from 1 to {_COUNTS[name]}, got {value}"
+            )
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigurationError(f"{label}: expected {_expected(name)}, got {shorten(value)}")
+    if name == "heartbeat_fraction" and not 0 < value <= 0.5:
+        raise ConfigurationError(
+            f"{label}: expected a fraction in (0, 0.5], got {shorten(value)}: a lease needs at "
+            "least two heartbeats to survive one late one"
+        )
+    if name in _SECONDS:
+        low, zero_ok = _SECONDS[name]
+        if value < low or (value == low and not zero_ok):
+            bound = "zero or more" if zero_ok else "more than zero"
+            raise ConfigurationError(f"{label}: expected {bound} seconds, got {shorten(value)}")
+        if value > _MAX_SECONDS:
+            raise ConfigurationError(
+                f"{label}: expected at most {_MAX_SECONDS:.0f} seconds (a year), got "
+                f"{shorten(value)}"
+            )
+    return value

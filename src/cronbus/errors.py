@@ -11,6 +11,7 @@
     ├── RunNotFoundError          no run has that id
     ├── JobNotFoundError          no job has that name
     ├── JobExistsError            a job of that name exists already
+    ├── CodeJobError              a job defined in code is changed without force
     ├── SubscriptionNotFoundError no subscription has that name
     ├── DeliveryNotFoundError     no delivery has that id
     ├── InvalidTransitionError    a state change the run state machine forbids
@@ -60,6 +61,11 @@ class JobNotFoundError(CronbusError, LookupError):
 
 class JobExistsError(CronbusError, ValueError):
     """A job of that name exists already (``jobs.add``; change it with ``jobs.update``)."""
+
+
+class CodeJobError(CronbusError):
+    """The job is defined in code: the next scheduler start restores it; pass force to change it
+    anyway."""
 
 
 class SubscriptionNotFoundError(CronbusError, LookupError):

@@ -1,30 +1,180 @@
-"""JSON at the edge: arguments and results are checked once, where they enter cronbus."""
+"""JSON at the edge: arguments, event data and results are checked once, where they enter cronbus.
+
+One pass over a value (:func:`check_json`) refuses, naming where in the value it is: a type
+JSON has no form for, a dict key that is not a string (``json`` would turn ``{1: 2}`` into
+``{"1": 2}`` without a word), NaN and infinity, a string with a NUL character or a lone
+surrogate (no store keeps them as text), nesting deeper than :data:`MAX_DEPTH`, and more than a
+payload limit of serialized bytes (``Settings.max_payload_bytes``, 1 MiB by default). The same
+pass estimates the encoded size from below, so a 200 MB string is refused before it is copied.
+"""
 
 from __future__ import annotations
 
 import inspect
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .errors import InvalidArgumentError, SerializationError
+from .validation import shorten, unstorable_reason
 
-_JSON_KINDS = "str, int, float, bool, None, list or dict with str keys"
+JSON_KINDS = "str, int, float, bool, None, list or dict with str keys"
+MAX_DEPTH = 100
+"""Lists and dicts nest at most this deep (JSON decoders recurse, so deeper is a trap)."""
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+"""Serialized JSON bytes of a run's arguments or an event's data, unless settings say more."""
+PAYLOAD_SETTING = "max_payload_bytes (CRONBUS_MAX_PAYLOAD_BYTES)"
 
 
 def dumps(value: Any) -> str:
-    """Encode strict JSON (no NaN or infinity), compactly."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    """Encode strict JSON (no NaN or infinity), compactly.
+
+    Raises :class:`SerializationError` (a ``TypeError``) for text with a lone surrogate, which
+    would otherwise fail later, in the store, as a ``UnicodeEncodeError``.
+    """
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    reason = unstorable_reason(text)
+    if reason is not None and "surrogate" in reason:
+        raise SerializationError(f"the value is not storable JSON: its text {reason}")
+    return text
 
 
-def encode_value(value: Any, what: str) -> str:
-    """Encode ``value`` or raise :class:`SerializationError` naming ``what`` it is."""
+class _Bad(Exception):
+    """Where a walk stopped: the reason, the bad part, and its path (built on the way out)."""
+
+    def __init__(self, reason: str, value: Any) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.value = value
+        self.path: list[str | int] = []
+
+
+class _TooBig(Exception):
+    """The size estimate passed the limit: stop walking at once."""
+
+
+class _Walk:
+    """One pass over a JSON value; ``size`` ends as a lower bound of its encoded bytes."""
+
+    __slots__ = ("limit", "size")
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.size = 0
+
+    def add(self, amount: int) -> None:
+        self.size += amount
+        if self.limit is not None and self.size > self.limit:
+            raise _TooBig
+
+    def walk(self, value: Any, depth: int) -> None:
+        if value is None or isinstance(value, bool):
+            self.add(4)
+        elif isinstance(value, str):
+            self.add(len(value) + 2)  # checked before the scan, so a huge string costs nothing
+            self.text(value)
+        elif isinstance(value, int):
+            self.add(1)
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise _Bad("NaN and infinity have no JSON form", value)
+            self.add(1)
+        elif isinstance(value, dict):
+            self.nested(depth)
+            self.add(2)
+            for key, item in value.items():
+                self.member(key, item, depth)
+        elif isinstance(value, list | tuple):
+            self.nested(depth)
+            self.add(2)
+            for index, item in enumerate(value):
+                try:
+                    self.walk(item, depth + 1)
+                except _Bad as bad:
+                    bad.path.insert(0, index)
+                    raise
+                self.add(1)
+        else:
+            raise _Bad(f"{type(value).__name__} cannot be encoded", value)
+
+    def member(self, key: Any, item: Any, depth: int) -> None:
+        try:
+            if not isinstance(key, str):
+                raise _Bad(
+                    f"a dict key must be a string, not {type(key).__name__} (JSON would turn it "
+                    "into text)",
+                    key,
+                )
+            self.add(len(key) + 3)
+            self.text(key)
+            self.walk(item, depth + 1)
+        except _Bad as bad:
+            if isinstance(key, str):  # a bad key is the value shown, not a step of the path
+                bad.path.insert(0, key)
+            raise
+
+    def nested(self, depth: int) -> None:
+        if depth >= MAX_DEPTH:
+            raise _Bad(f"lists and dicts nest more than {MAX_DEPTH} levels deep", "...")
+
+    @staticmethod
+    def text(value: str) -> None:
+        reason = unstorable_reason(value)
+        if reason is not None:
+            raise _Bad(f"a string {reason}", value)
+
+
+def check_json(value: Any, what: str, *, max_bytes: int | None = None) -> int:
+    """Check that ``value`` is storable JSON (see the module docstring); return a lower bound
+    of its encoded size. ``what`` names the value in errors, like ``"argument 'to' of task
+    'send'"``."""
+    walk = _Walk(max_bytes)
+    _check(walk, value, what, what)
+    return walk.size
+
+
+def _check(walk: _Walk, value: Any, what: str, whole: str) -> None:
+    """Walk ``value`` (named ``what``) on ``walk``, whose budget is that of ``whole``."""
     try:
-        return dumps(value)
-    except (TypeError, ValueError) as exc:
+        walk.walk(value, 0)
+    except _Bad as bad:
+        where = "".join(f"[{shorten(p, 30)}]" for p in bad.path)
+        at = f" at {where}" if where else ""
         raise SerializationError(
-            f"{what} is not JSON ({_reason(value, exc)}); pass only {_JSON_KINDS}"
+            f"{what} is not JSON{at}: {bad.reason}, got {shorten(bad.value)}; pass only "
+            f"{JSON_KINDS}"
         ) from None
+    except _TooBig:
+        assert walk.limit is not None
+        raise too_big(whole, walk.size, walk.limit, at_least=True) from None
+
+
+def too_big(what: str, size: int, limit: int, *, at_least: bool = False) -> InvalidArgumentError:
+    """The error for a payload over its limit."""
+    more = "more than " if at_least else ""
+    return InvalidArgumentError(
+        f"{what} is {more}{size:,} bytes of JSON, over the limit of {limit:,} bytes "
+        f"(raise {PAYLOAD_SETTING} to allow more)"
+    )
+
+
+def encode_value(value: Any, what: str, *, max_bytes: int | None = None) -> str:
+    """Check and encode ``value``; errors name ``what`` it is and where in it the fault is."""
+    check_json(value, what, max_bytes=max_bytes)
+    return _encode(value, what, max_bytes)
+
+
+def _encode(value: Any, what: str, max_bytes: int | None) -> str:
+    try:
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:  # a huge int, a custom subclass
+        raise SerializationError(f"{what} is not JSON ({shorten(str(exc))})") from None
+    if max_bytes is not None:
+        size = len(text.encode("utf-8")) if len(text) * 4 > max_bytes else len(text)
+        if size > max_bytes:
+            raise too_big(what, size, max_bytes)
+    return text
 
 
 def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
@@ -40,37 +190,60 @@ def encode_call(
     task: str,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
+    *,
+    max_bytes: int | None = None,
 ) -> tuple[str, str]:
     """Check a call against the task's signature and encode its arguments, naming a bad one.
 
-    The whole argument list is encoded at once; only when that fails is each argument tried
-    alone, to say which one is not JSON.
+    ``max_bytes`` bounds the arguments' encoded JSON, positional and keyword together.
     """
-    bound = None
     if signature is not None:
         try:
-            bound = signature.bind(*args, **kwargs)
+            signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise InvalidArgumentError(
-                f"task {task!r} cannot take these arguments: {exc}"
+                f"task {task!r} cannot take these arguments: {shorten(str(exc), 200)}"
             ) from None
-    try:
-        return dumps(list(args)), dumps(dict(kwargs))
-    except (TypeError, ValueError):
-        pass
-    names = _names(bound, len(args))
+    names = _names(signature, len(args))
+    what = f"the arguments of task {task!r}"
+    walk = _Walk(max_bytes)  # one budget for all the arguments
     for index, value in enumerate(args):
-        encode_value(value, f"argument {names[index]} of task {task!r}")
+        _check(walk, value, f"argument {names[index]} of task {task!r}", what)
     for key, value in kwargs.items():
-        encode_value(value, f"argument {key!r} of task {task!r}")
-    raise SerializationError(f"the arguments of task {task!r} are not JSON")  # pragma: no cover
+        label = f"argument {shorten(key, 40)} of task {task!r}"
+        reason = unstorable_reason(key) if isinstance(key, str) else "is not a string"
+        if reason is not None:
+            raise SerializationError(f"the name of {label} {reason}")
+        _check(walk, value, label, what)
+    args_json = _encode(list(args), what, max_bytes)
+    kwargs_json = _encode(dict(kwargs), what, max_bytes)
+    if max_bytes is not None:
+        total = len(args_json.encode("utf-8")) + len(kwargs_json.encode("utf-8"))
+        if total > max_bytes:
+            raise too_big(what, total, max_bytes)
+    return args_json, kwargs_json
 
 
-def _names(bound: inspect.BoundArguments | None, count: int) -> list[str]:
+def parse_json(text: str, what: str) -> Any:
+    """Parse JSON a user typed (``--args``, ``--data``...), refusing NaN, Infinity and nesting
+    too deep for a decoder, with an error that names ``what`` it is."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise SerializationError(f"{what} nests too deeply to be read as JSON") from None
+    except ValueError as exc:
+        raise SerializationError(f"{what} is not JSON ({exc}), got {shorten(text)}") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _names(signature: inspect.Signature | None, count: int) -> list[str]:
     names = [f"#{i}" for i in range(count)]
-    if bound is None:
+    if signature is None:
         return names
-    params = list(bound.signature.parameters.values())
+    params = list(signature.parameters.values())
     for i in range(count):
         if i < len(params) and params[i].kind in (
             inspect.Parameter.POSITIONAL_ONLY,
@@ -78,29 +251,3 @@ def _names(bound: inspect.BoundArguments | None, count: int) -> list[str]:
         ):
             names[i] = repr(params[i].name)
     return names
-
-
-def _reason(value: Any, exc: Exception) -> str:
-    if isinstance(exc, ValueError) and "Out of range float" in str(exc):
-        return "NaN and infinity have no JSON form"
-    bad = _first_bad(value)
-    return f"{type(bad).__name__} cannot be encoded"
-
-
-def _first_bad(value: Any) -> Any:
-    """The innermost value that JSON refuses, to name it in the error."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str | int | float | bool) and key is not None:
-                return key
-            try:
-                dumps(item)
-            except (TypeError, ValueError):
-                return _first_bad(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            try:
-                dumps(item)
-            except (TypeError, ValueError):
-                return _first_bad(item)
-    return value

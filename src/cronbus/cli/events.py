@@ -22,7 +22,7 @@ from ..events.bus import Published
 from ..events.event import DEFAULT_SOURCE, Event, make_event
 from ..events.records import TopicInfo
 from . import render
-from .loading import CronbusGroup, app_options, resolve_app, run_with_app
+from .loading import CliError, CronbusGroup, app_options, resolve_app, run_with_app
 from .subs_render import table
 
 _PAGE = 1000
@@ -30,6 +30,8 @@ _PAGE = 1000
 _WAIT_SECONDS = 5.0
 """One long poll of ``tail --follow``: short enough to notice a closed pipe, long enough to idle."""
 _DEFAULT_LAST = 10
+_SHOWN = 80
+"""Characters of a topic name that an error shows."""
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
 
@@ -143,7 +145,8 @@ def tail(
 ) -> None:
     """Print the events of TOPIC in offset order: the last 10, or from --from OFFSET.
 
-    Without --follow it stops at the end of the topic; with it, it waits for new events
+    A topic that has no event, no retention setting and no subscription is an error (no such
+    topic). Without --follow it stops at the end of the topic; with it, it waits for new events
     (long polling) until Ctrl-C. Text lines read OFFSET, PUBLISHED (UTC), TYPE, SUBJECT, ID,
     DATA.
     """
@@ -161,11 +164,26 @@ def tail(
 
 
 async def _start(app: App, topic: str, from_offset: int | None, last: int | None) -> int:
-    """The offset to read after: before --from, or --last events before the topic's end."""
+    """The offset to read after: before --from, or --last events before the topic's end.
+
+    A topic nothing knows is refused, so a mistyped name is not an empty topic (or, with
+    --follow, a wait for ever). A topic is known once it has had an event, or has retention
+    settings or a subscription: those wait for their first event, and tail them quietly.
+    """
+    info = await app.events.topic(topic)
+    if info.last_offset == 0 and not await _known(app, topic):
+        shown = topic if len(topic) <= _SHOWN else topic[: _SHOWN - 1] + "…"
+        raise CliError(f"no such topic: {shown}")
     if from_offset is not None:
         return from_offset - 1
-    info = await app.events.topic(topic)
     return max(0, info.last_offset - (_DEFAULT_LAST if last is None else last))
+
+
+async def _known(app: App, topic: str) -> bool:
+    """True when the topic has settings or subscriptions, though no event yet."""
+    if any(info.name == topic for info in await app.events.topics()):
+        return True
+    return bool(await app.subscriptions.list(topic))
 
 
 async def _print_events(

@@ -1,6 +1,7 @@
 """Jobs: a task plus a trigger and its policies, defined in code or through the API.
 
-Definitions are validated here, once, into a :class:`~cronbus.model.JobSpec`; planning a fire
+Definitions are validated once, in :mod:`cronbus.job_specs`, into a
+:class:`~cronbus.model.JobSpec`; planning a fire
 (:func:`plan`) is pure, so misfire and overlap rules are tested with a fake clock; the
 :class:`Jobs` API reads and changes the jobs in the store.
 """
@@ -9,123 +10,39 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import date, datetime, timedelta
+from datetime import date
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigurationError, JobExistsError
+from .errors import CodeJobError, ConfigurationError, JobExistsError
 from .handle import RunHandle
-from .model import Fire, Job, JobSpec, Misfire, Overlap
+from .job_specs import JobOptions, build_spec, check_job_name
+from .model import Fire, Job, JobSpec, Misfire
 from .store.common import job_run
-from .task import Task, check_priority, check_queue
-from .triggers import Trigger, make_trigger, next_fires, trigger_from_spec
+from .task import Task
+from .triggers import Trigger, next_fires, trigger_from_spec
+from .validation import check_label
 
 if TYPE_CHECKING:
     from .app import App
 
+__all__ = [
+    "JobOptions",
+    "Jobs",
+    "SyncReport",
+    "build_spec",
+    "check_job_name",
+    "code_job_guard",
+    "first_fire",
+    "is_code_job",
+    "plan",
+    "trigger_of",
+]
 log = logging.getLogger("cronbus.jobs")
 _SYNC_BATCH = 1000
 """Jobs stored per transaction by a sync."""
 _TRIGGER_OPTIONS = ("cron", "every", "after", "at", "tz", "start", "end", "jitter", "exclude")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobOptions:
-    """Everything a job definition may say besides its task, as given by a user."""
-
-    cron: str | None = None
-    every: float | timedelta | None = None
-    after: float | timedelta | None = None
-    at: datetime | float | str | None = None
-    tz: str | None = None
-    start: datetime | float | None = None
-    end: datetime | float | None = None
-    jitter: float = 0.0
-    calendars: Sequence[str] = ()
-    args: Sequence[Any] = ()
-    kwargs: Mapping[str, Any] | None = None
-    misfire: Misfire | str = Misfire.ONCE
-    misfire_grace: float = 1.0
-    misfire_max: int = 100
-    overlap: Overlap | str = Overlap.ALLOW
-    children: Sequence[str] = ()
-    max_fires: int | None = None
-    queue: str | None = None
-    priority: int | None = None
-    paused: bool = False
-
-
-def build_spec(name: str, task: Task[Any, Any], options: JobOptions, source: str) -> JobSpec:
-    """Validate a job definition into a spec, or raise saying what is wrong."""
-    trigger = make_trigger(
-        cron=options.cron,
-        every=options.every,
-        after=options.after,
-        at=options.at,
-        tz=options.tz,
-        start=options.start,
-        end=options.end,
-        jitter=options.jitter,
-        seed=name,
-    )
-    call = task.prepare(options.args, options.kwargs or {}, now=0.0)
-    return JobSpec(
-        name=check_job_name(name),
-        task=task.name,
-        trigger=trigger.to_spec(),
-        args_json=call.args_json,
-        kwargs_json=call.kwargs_json,
-        queue=task.queue if options.queue is None else check_queue(options.queue),
-        priority=task.priority if options.priority is None else check_priority(options.priority),
-        max_attempts=task.retry.max_attempts,
-        timeout=task.timeout,
-        misfire=_enum(Misfire, options.misfire, "misfire"),
-        misfire_grace=_seconds("misfire_grace", options.misfire_grace),
-        misfire_max=_count("misfire_max", options.misfire_max),
-        overlap=_enum(Overlap, options.overlap, "overlap"),
-        children=tuple(check_job_name(c) for c in options.children),
-        calendars=tuple(_calendar_name(c) for c in options.calendars),
-        max_fires=None if options.max_fires is None else _count("max_fires", options.max_fires),
-        source=source,
-        paused=bool(options.paused),
-    )
-
-
-def check_job_name(name: str) -> str:
-    """A job name: 1-200 characters without spaces."""
-    if not isinstance(name, str) or not name or len(name) > 200 or any(c.isspace() for c in name):
-        raise ConfigurationError(f"job name {name!r} must be 1-200 characters without spaces")
-    return name
-
-
-def _calendar_name(name: str) -> str:
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigurationError(f"calendar name {name!r} must be a non-empty string")
-    return name
-
-
-def _enum(kind: type[Misfire] | type[Overlap], value: Any, what: str) -> Any:
-    try:
-        return kind(value)
-    except ValueError:
-        allowed = ", ".join(m.value for m in kind)
-        raise ConfigurationError(f"{what} must be one of {allowed}, got {value!r}") from None
-
-
-def _seconds(what: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigurationError(f"{what} must be seconds (a number), got {value!r}")
-    if value < 0:
-        raise ConfigurationError(f"{what} must be zero or more seconds, got {value}")
-    return float(value)
-
-
-def _count(what: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{what} must be a whole number of at least 1, got {value!r}")
-    return value
 
 
 # -- planning (pure) ---------------------------------------------------------------------------
@@ -214,10 +131,15 @@ class Jobs:
         except JobExistsError:
             raise JobExistsError(f"a job named {name!r} exists; use update to change it") from None
 
-    async def update(self, name: str, **changes: Any) -> Job:
+    async def update(self, name: str, *, force: bool = False, **changes: Any) -> Job:
         """Change a job. To change its schedule give its whole trigger (cron/every/after/at,
-        with tz, start, end, jitter as needed); other options not given stay as they are."""
-        job = await self._app.store.get_job(name)
+        with tz, start, end, jitter as needed); other options not given stay as they are.
+
+        A job defined in code is changed only with ``force=True`` (and a warning): the next
+        scheduler start restores it from the code (:class:`~cronbus.errors.CodeJobError`).
+        """
+        job = await self._app.store.get_job(_named(name))
+        code_job_guard(job, "changed", force)
         task = self._task(changes.pop("task", job.spec.task))
         unknown = set(changes) - set(JobOptions.__dataclass_fields__)
         if unknown:
@@ -231,38 +153,41 @@ class Jobs:
         current = _current(job.spec)
         if new_trigger:
             del current["every"]
-        spec = build_spec(name, task, _options({**current, **changes}), "api")
+        # A code job changed by force stays a code job, so a sync still restores or disables it.
+        spec = build_spec(name, task, _options({**current, **changes}), job.spec.source)
         if not new_trigger:
             spec = replace(spec, trigger=job.spec.trigger)
         return await self._put(spec, keep_schedule=not new_trigger and job.next_fire_at)
 
     async def pause(self, name: str) -> Job:
         """Stop a job from firing until it is resumed."""
-        return await self._app.store.set_job_paused(name, True, None, self._app.clock.now())
+        return await self._app.store.set_job_paused(_named(name), True, None, self._app.clock.now())
 
     async def resume(self, name: str) -> Job:
         """Let a paused job fire again, from its next fire after now."""
-        job = await self._app.store.get_job(name)
+        job = await self._app.store.get_job(_named(name))
         if not job.spec.paused:
             return job
         now = self._app.clock.now()
         trigger = trigger_of(job.spec, await self._app.store.get_calendars())
         return await self._app.store.set_job_paused(name, False, first_fire(trigger, now), now)
 
-    async def remove(self, name: str) -> None:
-        """Delete a job (its runs stay)."""
+    async def remove(self, name: str, *, force: bool = False) -> None:
+        """Delete a job (its runs stay). A job still defined in code is deleted only with
+        ``force=True`` (and a warning): the next scheduler start brings it back from the code."""
+        code_job_guard(await self._app.store.get_job(_named(name)), "removed", force)
         await self._app.store.delete_job(name)
 
     async def trigger(self, name: str) -> RunHandle:
         """Fire a job now, once, outside its schedule (the schedule is unchanged)."""
-        job = await self._app.store.get_job(name)
+        job = await self._app.store.get_job(_named(name))
         now = self._app.clock.now()
         (done,) = await self._app.store.defer([job_run(job, now, now)], now)
         return RunHandle(self._app, done.id, created=done.created)
 
     async def next(self, name: str, count: int = 5) -> list[float]:
         """The job's next ``count`` fire times (epoch seconds), as its trigger would plan them."""
-        job = await self._app.store.get_job(name)
+        job = await self._app.store.get_job(_named(name))
         trigger = trigger_of(job.spec, await self._app.store.get_calendars())
         if job.next_fire_at is None:
             return []
@@ -270,7 +195,7 @@ class Jobs:
 
     async def get(self, name: str) -> Job:
         """One job."""
-        return await self._app.store.get_job(name)
+        return await self._app.store.get_job(_named(name))
 
     async def list(self) -> list[Job]:
         """Every job."""
@@ -323,7 +248,43 @@ class Jobs:
         return await self._app.store.put_job(spec, following, now, create=create)
 
     def _task(self, task: str | Task[Any, Any]) -> Task[Any, Any]:
-        return task if isinstance(task, Task) else self._app.get_task(task)
+        if isinstance(task, Task):
+            return task
+        return self._app.get_task(check_label(task, "task name"))
+
+
+def _named(name: str) -> str:
+    """A job name to look up: checked first, so a NUL reaches no store."""
+    return check_label(name, "job name")
+
+
+def is_code_job(job: Job) -> bool:
+    """True for a job defined in code and still there: a scheduler's sync rewrites it.
+
+    Jobs gone from the code are disabled by the sync and stay the store's own until removed.
+    """
+    return job.spec.source == "code" and job.enabled
+
+
+def code_job_guard(job: Job, change: str, force: bool) -> None:
+    """Refuse to change a code job without ``force``; with it, warn that the change is undone
+    at the next start. ``change`` is the past participle (``changed``, ``removed``)."""
+    if not is_code_job(job):
+        return
+    restored = "restores it from the code" if change != "removed" else "adds it again from the code"
+    if not force:
+        raise CodeJobError(
+            f"job {job.name!r} is defined in code and the next scheduler start {restored}; "
+            f"change the code instead, or force it (--force, force=True) to have it {change} "
+            "until then"
+        )
+    log.warning(
+        "job %s is defined in code: %s by force; the next scheduler start %s",
+        job.name,
+        change,
+        restored,
+        extra={"action": f"job.{change}_by_force"},
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

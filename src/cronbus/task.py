@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-import math
-import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
-from .errors import ConfigurationError, InvalidArgumentError
+from .errors import ConfigurationError, CronbusError, InvalidArgumentError
 from .handle import RunHandle
 from .model import NewRun
 from .retry import Retry
 from .serialization import encode_call, signature_of
+from .validation import (
+    RETRIES_LIMIT,
+    check_epoch,
+    check_int,
+    check_label,
+    check_seconds,
+    check_time,
+    shorten,
+)
+from .validation import check_key as _check_key
+from .validation import check_priority as _check_priority
+from .validation import check_queue as _check_queue
 
 if TYPE_CHECKING:
     from .app import App
@@ -23,9 +34,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 Isolation = Literal["thread", "async", "process"]
 ISOLATIONS: tuple[Isolation, ...] = ("thread", "async", "process")
-_NAME = re.compile(r"^\S{1,200}$")
-_QUEUE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
-_PRIORITY_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,24 +67,22 @@ class Task(Generic[P, R]):
     ) -> None:
         self.app = app
         self.fn = fn
-        self.name = name or f"{fn.__module__}.{fn.__qualname__}"
-        self.queue = check_queue(queue)
-        self.retry = retry
-        self.timeout = check_timeout(timeout)
-        self.priority = check_priority(priority)
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = signature_of(fn)
         self.isolation: Isolation = isolation or ("async" if self.is_async else "thread")
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
-        if not _NAME.match(self.name):
-            raise ConfigurationError(
-                f"task name {self.name!r} must be 1-200 characters without spaces"
-            )
+        self.retry = retry
+        with configuring():
+            self.name = check_label(name or f"{fn.__module__}.{fn.__qualname__}", "task name")
+            self.queue = check_queue(queue)
+            self.timeout = check_timeout(timeout)
+            self.priority = check_priority(priority)
+            check_int(retry.retries, f"task {self.name!r}: retries", 0, RETRIES_LIMIT)
         if self.isolation not in ISOLATIONS:
             raise ConfigurationError(
                 f"task {self.name!r}: isolation must be one of {', '.join(ISOLATIONS)}, "
-                f"got {self.isolation!r}"
+                f"got {shorten(self.isolation)}"
             )
         if self.isolation == "async" and not self.is_async:
             raise ConfigurationError(
@@ -107,7 +113,13 @@ class Task(Generic[P, R]):
         idempotency_key: str | None = None,
     ) -> NewRun:
         """Validate one call and its options into a :class:`NewRun`, or raise saying why."""
-        args_json, kwargs_json = encode_call(self.signature, self.name, args, kwargs)
+        args_json, kwargs_json = encode_call(
+            self.signature,
+            self.name,
+            args,
+            kwargs,
+            max_bytes=self.app.settings.max_payload_bytes,
+        )
         return NewRun(
             task=self.name,
             queue=self.queue if queue is None else check_queue(queue),
@@ -189,6 +201,10 @@ class Task(Generic[P, R]):
         Each call is a :class:`Call`, a sequence of positional arguments, or a mapping of
         keyword arguments.
         """
+        if isinstance(calls, str | bytes | Mapping) or not isinstance(calls, Iterable):
+            raise InvalidArgumentError(
+                f"defer_many takes a list of calls, got {type(calls).__name__}"
+            )
         now = self.app.clock.now()
         news = []
         for index, item in enumerate(calls):
@@ -206,7 +222,7 @@ class Task(Generic[P, R]):
                         idempotency_key=call.idempotency_key,
                     )
                 )
-            except (InvalidArgumentError, ConfigurationError, TypeError) as exc:
+            except CronbusError as exc:
                 raise type(exc)(f"call #{index}: {exc}") from None
         done = await self.app.store.defer(news, self.app.clock.now())
         return [RunHandle(self.app, d.id, created=d.created) for d in done]
@@ -249,6 +265,11 @@ class Deferral:
 
 def _as_call(item: Call | Sequence[Any] | Mapping[str, Any]) -> Call:
     if isinstance(item, Call):
+        if not isinstance(item.args, tuple | list) or not isinstance(item.kwargs, Mapping):
+            raise InvalidArgumentError(
+                "a Call's args must be a tuple or list and its kwargs a mapping, got "
+                f"{shorten(item)}"
+            )
         return item
     if isinstance(item, Mapping):
         return Call((), dict(item))
@@ -260,65 +281,48 @@ def _as_call(item: Call | Sequence[Any] | Mapping[str, Any]) -> Call:
     return Call(tuple(item), {})
 
 
+@contextlib.contextmanager
+def configuring() -> Iterator[None]:
+    """Report a bad option of a definition (a task, a job) as a :class:`ConfigurationError`:
+    it is fixed in the code, not in one call."""
+    try:
+        yield
+    except InvalidArgumentError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
 def resolve_eta(now: float, delay: float | None, eta: datetime | float | None) -> float:
-    """When a run becomes due, from ``delay`` seconds or an ``eta``; refuse nonsense."""
+    """When a run becomes due, from ``delay`` seconds or an ``eta``; refuse nonsense.
+
+    A delay is 0 to 100 years; the due time, either way, lies between 1970 and 9999 (UTC).
+    """
     if delay is not None and eta is not None:
         raise InvalidArgumentError("give delay or eta, not both")
     if delay is not None:
-        if isinstance(delay, bool) or not isinstance(delay, int | float):
-            raise InvalidArgumentError(f"delay must be seconds (a number), got {delay!r}")
-        if not math.isfinite(delay) or delay < 0:
-            raise InvalidArgumentError(f"delay must be zero or more seconds, got {delay}")
-        return now + delay
+        return check_epoch(now + check_seconds(delay, "delay"), "eta (now + delay)")
     if eta is None:
         return now
-    if isinstance(eta, datetime):
-        if eta.tzinfo is None:
-            raise InvalidArgumentError(
-                "eta must be timezone-aware (for example datetime.now(timezone.utc)); "
-                "a naive datetime is ambiguous"
-            )
-        return eta.timestamp()
-    if isinstance(eta, bool) or not isinstance(eta, int | float) or not math.isfinite(eta):
-        raise InvalidArgumentError(f"eta must be a datetime or epoch seconds, got {eta!r}")
-    return float(eta)
+    return check_time(eta, "eta")
 
 
 def check_queue(queue: str) -> str:
     """A queue name: 1-100 letters, digits or ``_ . -``."""
-    if not isinstance(queue, str) or not _QUEUE.match(queue):
-        raise InvalidArgumentError(f"queue name {queue!r} must be 1-100 letters, digits or _ . -")
-    return queue
+    return _check_queue(queue, "queue name")
 
 
 def check_priority(priority: int) -> int:
-    """A priority: a whole number; higher runs first within a queue."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidArgumentError(f"priority must be a whole number, got {priority!r}")
-    if abs(priority) > _PRIORITY_LIMIT:
-        raise InvalidArgumentError(
-            f"priority must be between -{_PRIORITY_LIMIT} and {_PRIORITY_LIMIT}, got {priority}"
-        )
-    return priority
+    """A priority: a whole number from -1,000,000 to 1,000,000; higher runs first in a queue."""
+    return _check_priority(priority, "priority")
 
 
 def check_timeout(timeout: float | None) -> float | None:
-    """A maximum execution time in seconds, or None for no limit."""
+    """A maximum execution time in seconds (more than zero, at most 100 years), or None."""
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise ConfigurationError(f"timeout must be seconds (a number), got {timeout!r}")
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise ConfigurationError(f"timeout must be more than zero seconds, got {timeout}")
-    return float(timeout)
+    with configuring():
+        return check_seconds(timeout, "timeout", positive=True)
 
 
 def check_key(key: str | None) -> str | None:
-    """An idempotency key: a non-empty string of at most 200 characters."""
-    if key is None:
-        return None
-    if not isinstance(key, str) or not key or len(key) > 200:
-        raise InvalidArgumentError(
-            f"idempotency_key must be a non-empty string of at most 200 characters, got {key!r}"
-        )
-    return key
+    """An idempotency key: 1 to 500 printable characters, or None."""
+    return _check_key(key, "idempotency_key")

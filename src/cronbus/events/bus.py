@@ -16,111 +16,56 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError, SubscriptionNotFoundError
-from ..serialization import encode_value
+from ..serialization import check_json
 from ..store.events_base import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore
+from ..validation import (
+    check_int,
+    check_label,
+    check_queue,
+    check_seconds,
+    check_time,
+    check_topic,
+    shorten,
+)
 from .event import Event, validate_topic
-from .filters import Filter
 from .records import (
     Delivery,
     DeliveryAttempt,
     DeliveryFilter,
-    DeliveryPolicy,
-    NewEvent,
     Origin,
     Subscription,
     SubscriptionSpec,
     TopicInfo,
 )
+from .specs import (
+    build_filter,
+    build_policy,
+    check_name,
+    handler_spec,
+    to_new_event,
+)
 from .states import DeliveryState
 from .targets import check_target, to_event
+
+__all__ = [
+    "REMOVED_FROM_CODE",
+    "Events",
+    "Published",
+    "Subscriptions",
+    "build_filter",
+    "build_policy",
+    "check_name",
+    "handler_spec",
+    "to_new_event",
+]
 
 if TYPE_CHECKING:
     from ..app import App
 
 log = logging.getLogger("cronbus.events")
 REMOVED_FROM_CODE = "its handler is no longer in the code"
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:")
-
-
-def to_new_event(event: Event) -> NewEvent:
-    """The store's form of a checked event: its data encoded once, here."""
-    if event.extensions or event.dataschema is not None:
-        raise InvalidArgumentError(
-            "events with CloudEvents extension attributes or a dataschema cannot be stored yet"
-        )
-    return NewEvent(
-        id=event.id,
-        type=event.type,
-        source=event.source,
-        subject=event.subject,
-        time=event.time,
-        datacontenttype=event.datacontenttype,
-        data_json=encode_value(event.data, f"the data of event type {event.type!r}"),
-        key=event.key,
-    )
-
-
-def check_name(name: str) -> str:
-    """A subscription name: 1-200 letters, digits, ``.``, ``_``, ``-`` or ``:``."""
-    if not isinstance(name, str) or not 0 < len(name) <= 200 or not set(name) <= _NAME_CHARS:
-        raise InvalidArgumentError(
-            f"invalid subscription name {name!r}: use 1 to 200 letters, digits, '.', '_', '-' "
-            "or ':'"
-        )
-    return name
-
-
-def build_filter(
-    types: Sequence[str] | None = None,
-    source: str | Sequence[str] | None = None,
-    subject: str | Sequence[str] | None = None,
-    data: Mapping[str, Any] | None = None,
-    filter: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """One filter spec from the keyword forms and a full spec; checked by compiling it."""
-    spec: dict[str, Any] = dict(filter or {})
-    for name, value in (("types", types), ("source", source), ("subject", subject)):
-        if value is not None:
-            spec[name] = [value] if isinstance(value, str) else list(value)
-    if data is not None:
-        spec["data"] = dict(data)
-    return Filter.from_json(spec).to_json()
-
-
-def build_policy(base: DeliveryPolicy | None = None, **options: Any) -> DeliveryPolicy:
-    """A delivery policy with ``options`` changed; unknown or out-of-range ones are refused."""
-    unknown = set(options) - set(DeliveryPolicy.__dataclass_fields__)
-    if unknown:
-        known = ", ".join(sorted(DeliveryPolicy.__dataclass_fields__))
-        raise InvalidArgumentError(f"unknown delivery option(s) {sorted(unknown)} (known: {known})")
-    policy = replace(base or DeliveryPolicy(), **options)
-    _check_policy(policy)
-    return policy
-
-
-def _check_policy(policy: DeliveryPolicy) -> None:
-    positive = {
-        "max_in_flight": policy.max_in_flight,
-        "timeout": policy.timeout,
-        "max_attempts": policy.max_attempts,
-        "circuit_failures": policy.circuit_failures,
-    }
-    for name, value in positive.items():
-        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-            raise InvalidArgumentError(f"{name} must be a positive number, not {value!r}")
-    for name, value in (
-        ("backoff", policy.backoff),
-        ("max_backoff", policy.max_backoff),
-        ("circuit_probe", policy.circuit_probe),
-    ):
-        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-            raise InvalidArgumentError(f"{name} must be a number of seconds >= 0, not {value!r}")
-    if policy.rate_limit is not None and not (
-        isinstance(policy.rate_limit, int | float) and policy.rate_limit > 0
-    ):
-        raise InvalidArgumentError(
-            f"rate_limit must be deliveries per second > 0, not {policy.rate_limit!r}"
-        )
+OFFSET_LIMIT = 2**62
+"""Offsets and event counts fit a signed 64-bit column, with room to add."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,18 +88,29 @@ class Events:
         return self.app.store  # type: ignore[return-value]
 
     async def publish_many(self, topic: str, events: Iterable[Event]) -> list[Published]:
-        """Append events to ``topic`` in one transaction; returns once they are durable."""
-        validate_topic(topic)
+        """Append events to ``topic`` in one transaction; returns once they are durable.
+
+        Topics under ``cronbus.`` are refused: cronbus publishes them itself (run outcomes go
+        to ``cronbus.runs`` from the worker, straight to the store), so a user cannot forge one.
+        """
+        check_topic(topic, publish=True)
+        if isinstance(events, Event | str | bytes | Mapping) or not isinstance(events, Iterable):
+            raise InvalidArgumentError(
+                f"publish_many takes a list of events, got {type(events).__name__}"
+            )
         checked = list(events)
         for event in checked:
             if not isinstance(event, Event):
                 raise InvalidArgumentError(
-                    f"publish_many takes events built with cronbus.events.make_event, not {event!r}"
+                    "publish_many takes events built with cronbus.events.make_event, not "
+                    f"{shorten(event)}"
                 )
         if not checked:
             return []
         now = self.app.clock.now()
-        appended = await self.store.append(topic, [to_new_event(e) for e in checked], now)
+        limit = self.app.settings.max_payload_bytes
+        news = [to_new_event(e, limit) for e in checked]
+        appended = await self.store.append(topic, news, now)
         return [
             Published(e.appended(topic=topic, offset=a.offset, published_at=now), a.created)
             for e, a in zip(checked, appended, strict=True)
@@ -169,10 +125,10 @@ class Events:
         polling); keep the offset of the last event you handled and pass it as ``after``.
         """
         validate_topic(topic)
-        if not isinstance(limit, int) or not 0 < limit <= 10_000:
-            raise InvalidArgumentError(f"limit must be 1 to 10000, not {limit!r}")
-        if not isinstance(after, int) or after < 0:
-            raise InvalidArgumentError(f"after must be an offset >= 0, not {after!r}")
+        check_int(limit, "limit", 1, 10_000)
+        check_int(after, "after", 0, OFFSET_LIMIT)
+        if wait:
+            check_seconds(wait, "wait")
         records = await self.store.read_events(topic, after, limit)
         if records or wait <= 0:
             return [to_event(r) for r in records]
@@ -203,10 +159,10 @@ class Events:
         Retention is applied in the background by dispatchers; events still needed by a
         pending delivery are kept.
         """
-        if max_age is not None and not max_age > 0:
-            raise InvalidArgumentError(f"max_age must be seconds > 0, not {max_age!r}")
-        if max_events is not None and (not isinstance(max_events, int) or max_events <= 0):
-            raise InvalidArgumentError(f"max_events must be a count > 0, not {max_events!r}")
+        if max_age is not None:
+            max_age = check_seconds(max_age, "max_age", positive=True)
+        if max_events is not None:
+            check_int(max_events, "max_events", 1, OFFSET_LIMIT)
         await self.store.set_retention(validate_topic(topic), max_age, max_events)
 
 
@@ -260,7 +216,14 @@ class Subscriptions:
                 "secrets": chosen,
             }
         else:
-            target = {"kind": "task", "task": task, "queue": queue}
+            queue = None if queue is None else check_queue(queue, "subscription queue")
+            target = {
+                "kind": "task",
+                "task": check_label(task, "subscription task"),
+                "queue": queue,
+            }
+        # Targets are stored as JSON (jsonb on PostgreSQL, which refuses NUL): one pass first.
+        check_json(target, "the subscription's target")
         if start not in ("latest", "earliest"):
             raise InvalidArgumentError(f"start must be 'latest' or 'earliest', not {start!r}")
         spec = SubscriptionSpec(
@@ -306,7 +269,7 @@ class Subscriptions:
 
     async def get(self, name: str) -> Subscription:
         """One subscription."""
-        return await self.store.get_subscription(name)
+        return await self.store.get_subscription(check_name(name))
 
     async def list(self, topic: str | None = None) -> builtins.list[Subscription]:
         """Every subscription (of ``topic``)."""
@@ -315,16 +278,20 @@ class Subscriptions:
     async def pause(self, name: str) -> Subscription:
         """Stop pushing; events keep arriving and are delivered after ``resume``."""
         now = self.app.clock.now()
-        return await self._changed(await self.store.set_subscription_paused(name, True, None, now))
+        return await self._changed(
+            await self.store.set_subscription_paused(check_name(name), True, None, now)
+        )
 
     async def resume(self, name: str) -> Subscription:
         """Push again (also after a 410 disabled it)."""
         now = self.app.clock.now()
-        return await self._changed(await self.store.set_subscription_paused(name, False, None, now))
+        return await self._changed(
+            await self.store.set_subscription_paused(check_name(name), False, None, now)
+        )
 
     async def remove(self, name: str) -> None:
         """Delete a subscription and its deliveries."""
-        await self.store.delete_subscription(name)
+        await self.store.delete_subscription(check_name(name))
         await self.app.store.notify([SUBSCRIPTIONS_CHANNEL])
 
     async def replay(
@@ -336,12 +303,9 @@ class Subscriptions:
             raise InvalidArgumentError("give exactly one of offset= or since=")
         sub = await self.get(name)
         if offset is not None:
-            if not isinstance(offset, int) or offset < 1:
-                raise InvalidArgumentError(f"offset must be >= 1, not {offset!r}")
-            after = offset - 1
+            after = check_int(offset, "offset", 1, OFFSET_LIMIT) - 1
         else:
-            assert since is not None
-            after = await self.store.offset_at(sub.topic, since)
+            after = await self.store.offset_at(sub.topic, check_time(since, "since"))
         return await self._changed(await self.store.replay(name, after, self.app.clock.now()))
 
     async def deliveries(
@@ -402,29 +366,3 @@ class Subscriptions:
                 extra={"action": "subscription.paused"},
             )
         return gone
-
-
-def handler_spec(
-    name: str,
-    topic: str,
-    *,
-    types: Sequence[str] | None,
-    source: str | Sequence[str] | None,
-    subject: str | Sequence[str] | None,
-    data: Mapping[str, Any] | None,
-    filter: Mapping[str, Any] | None,
-    start: str,
-    policy: Mapping[str, Any],
-) -> SubscriptionSpec:
-    """The stored form of an ``@app.subscribe`` handler."""
-    if start not in ("latest", "earliest"):
-        raise InvalidArgumentError(f"start must be 'latest' or 'earliest', not {start!r}")
-    return SubscriptionSpec(
-        name=check_name(name),
-        topic=validate_topic(topic),
-        target={"kind": "handler", "handler": name},
-        filter=build_filter(types, source, subject, data, filter),
-        policy=build_policy(**policy),
-        origin=Origin.CODE,
-        start=start,
-    )

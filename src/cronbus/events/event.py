@@ -14,7 +14,6 @@ in RFC 3339 (UTC, microseconds), so a round trip through JSON gives back the sam
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import time as _time
@@ -25,7 +24,20 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from ..errors import InvalidArgumentError
-from ..serialization import encode_value
+from ..serialization import check_json
+from ..validation import (
+    NAME_LENGTH,
+    TEXT_LENGTH,
+    check_event_id,
+    check_event_type,
+    check_key,
+    check_text,
+    check_time,
+    check_topic,
+    check_uri_reference,
+    invalid,
+    shorten,
+)
 
 JSON = Any
 """A value that ``json.dumps`` accepts and ``json.loads`` gives back."""
@@ -37,10 +49,6 @@ SPECVERSION = "1.0"
 DEFAULT_SOURCE = "cronbus"
 DEFAULT_CONTENT_TYPE = "application/json"
 
-_TOPIC = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-# Event ids become an HTTP header (``webhook-id``) and a unique key in the store: visible ASCII
-# keeps both safe whatever the transport, and the length bound keeps the index narrow.
-_EVENT_ID = re.compile(r"[\x21-\x7e]{1,200}")
 _EXTENSION_NAME = re.compile(r"[a-z0-9]+")
 _RFC3339 = re.compile(
     r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
@@ -123,8 +131,8 @@ class Event:
         if not isinstance(doc, Mapping):
             raise InvalidArgumentError(f"a CloudEvent is a JSON object, not {type(doc).__name__}")
         if doc.get("specversion") != SPECVERSION:
-            raise InvalidArgumentError(
-                f"CloudEvent specversion must be {SPECVERSION!r}, got {doc.get('specversion')!r}"
+            raise invalid(
+                "CloudEvent specversion", f"must be {SPECVERSION!r}", doc.get("specversion")
             )
         if "data_base64" in doc:
             raise InvalidArgumentError(
@@ -165,19 +173,23 @@ def make_event(
     (:class:`~cronbus.errors.SerializationError` otherwise, as for task arguments); anything
     else wrong raises :class:`~cronbus.errors.InvalidArgumentError`.
     """
-    encode_value(data, f"the data of event type {type!r}")
-    return Event(
-        id=new_event_id() if id is None else _check_id(id),
-        source=_non_empty(source, "source"),
-        type=_non_empty(type, "type"),
-        subject=None if subject is None else _non_empty(subject, "subject"),
+    event = Event(
+        id=new_event_id() if id is None else check_event_id(id),
+        source=check_uri_reference(source, "event source"),
+        type=check_event_type(type),
+        subject=check_text(subject, "event subject", max_length=TEXT_LENGTH, optional=True),
         time=_epoch(time),
-        datacontenttype=_non_empty(datacontenttype, "datacontenttype"),
-        dataschema=None if dataschema is None else _non_empty(dataschema, "dataschema"),
+        datacontenttype=check_text(
+            datacontenttype, "event datacontenttype", max_length=NAME_LENGTH
+        ),
+        dataschema=check_uri_reference(dataschema, "event dataschema", optional=True),
         data=data,
         extensions=_check_extensions(extensions or {}),
-        key=None if key is None else _non_empty(key, "key"),
+        key=check_key(key, "event key"),
     )
+    # The attributes first: the data's errors name the event by its (now checked) type.
+    check_json(data, f"the data of event type {shorten(type, 60)}")
+    return event
 
 
 def validate_topic(name: str) -> str:
@@ -186,12 +198,7 @@ def validate_topic(name: str) -> str:
     A topic name is 1 to 200 characters of letters, digits, ``.``, ``_`` and ``-``, starting
     with a letter or digit, so it is safe in URLs, logs and CLI arguments.
     """
-    if not isinstance(name, str) or not _TOPIC.fullmatch(name):
-        raise InvalidArgumentError(
-            f"invalid topic name {name!r}: use 1 to 200 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
-    return name
+    return check_topic(name)
 
 
 def new_event_id() -> str:
@@ -220,14 +227,14 @@ def parse_time(text: str) -> float:
     match = _RFC3339.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         raise InvalidArgumentError(
-            f"{text!r} is not an RFC 3339 timestamp such as '2024-05-01T12:00:00Z'"
+            f"{shorten(text)} is not an RFC 3339 timestamp such as '2024-05-01T12:00:00Z'"
         )
     day, clock, fraction, offset = match.groups()
     offset = "+00:00" if offset in ("Z", "z") else offset
     try:
         return datetime.fromisoformat(f"{day}T{clock}{(fraction or '')[:7]}{offset}").timestamp()
     except ValueError as exc:
-        raise InvalidArgumentError(f"{text!r} is not a valid time: {exc}") from None
+        raise InvalidArgumentError(f"{shorten(text)} is not a valid time: {exc}") from None
 
 
 def _format_optional_time(epoch: float | None) -> str | None:
@@ -237,53 +244,32 @@ def _format_optional_time(epoch: float | None) -> str | None:
 def _epoch(value: float | datetime | None) -> float:
     if value is None:
         return _time.time()
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise InvalidArgumentError(
-                "event time must be an aware datetime (with tzinfo), not a naive one"
-            )
-        return value.timestamp()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidArgumentError(
-            f"event time must be epoch seconds or an aware datetime, not {value!r}"
-        )
-    return float(value)
-
-
-def _non_empty(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidArgumentError(f"event {name} must be a non-empty string, not {value!r}")
-    return value
-
-
-def _check_id(value: Any) -> str:
-    if not isinstance(value, str) or not _EVENT_ID.fullmatch(value):
-        raise InvalidArgumentError(
-            f"event id must be 1 to 200 visible ASCII characters (no spaces), not {value!r}"
-        )
-    return value
+    return check_time(value, "event time")
 
 
 def _check_extensions(extensions: Mapping[str, Any]) -> dict[str, ExtensionValue]:
     for name, value in extensions.items():
-        if not isinstance(name, str) or not _EXTENSION_NAME.fullmatch(name):
+        if not isinstance(name, str) or not _EXTENSION_NAME.fullmatch(name) or len(name) > 20:
             raise InvalidArgumentError(
-                f"CloudEvent extension name {name!r} must be lower-case letters and digits"
+                f"CloudEvent extension name {shorten(name)} must be 1 to 20 lower-case letters "
+                "and digits"
             )
         if name in _RESERVED:
             raise InvalidArgumentError(f"{name!r} is a CloudEvent attribute, not an extension")
         if not isinstance(value, str | int | bool):
             raise InvalidArgumentError(
-                f"CloudEvent extension {name!r} must be a string, integer or boolean, "
+                f"CloudEvent extension {shorten(name)} must be a string, integer or boolean, "
                 f"not {type(value).__name__}"
             )
+        if isinstance(value, str):
+            check_text(value, f"CloudEvent extension {name}", max_length=TEXT_LENGTH)
     return dict(extensions)
 
 
 def _attr(doc: Mapping[str, Any], name: str) -> str:
     value = doc.get(name)
     if not isinstance(value, str) or not value:
-        raise InvalidArgumentError(f"CloudEvent {name} must be a non-empty string, not {value!r}")
+        raise invalid(f"CloudEvent {name}", "must be a non-empty string", value)
     return value
 
 
@@ -309,7 +295,7 @@ def _with_position(event: Event, doc: Mapping[str, Any]) -> Event:
         return event
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise InvalidArgumentError(
-            f"CloudEvent offset must be a non-negative integer, not {offset!r}"
+            f"CloudEvent offset must be a non-negative integer, not {shorten(offset)}"
         )
     published_at = _parse_doc_time(doc, "publishedat", None)
     return replace(event, topic=validate_topic(topic), offset=offset, published_at=published_at)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
+from rich.cells import cell_len
 from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
@@ -54,6 +55,15 @@ _LIST_COLUMNS = (
     "HEARTBEAT",
     "RUNNING",
 )
+_NARROW_COLUMNS = ("ID", "STATE", "QUEUES", "CONC", "HEARTBEAT", "RUNNING")
+"""The columns kept when the full table does not fit the terminal (``workers show`` has the
+rest): a state or a heartbeat cut to one letter would read as another value."""
+_MIN_WIDTHS = {"ID": 12, "STATE": len("draining"), "QUEUES": 7, "HEARTBEAT": len("59m59s ago")}
+_RIGHT = ("PID", "CONC", "HEARTBEAT")
+_FLEXIBLE = ("ID", "QUEUES", "RUNNING")
+_GAP = 2
+"""Blank columns between two table columns (Rich's default padding)."""
+_ENDLESS = 100_000
 _RUNNING_COLUMNS = ("RUN", "TASK", "QUEUE", "STATE", "ATTEMPT", "LEASE EXPIRES (UTC)")
 _RUNNING_SHOWN = 5
 """Running attempts named in a row of ``workers list``; ``workers show`` names them all."""
@@ -233,30 +243,77 @@ def _running_json(run: Run) -> dict[str, Any]:
 
 # -- tables --------------------------------------------------------------------------------------
 def _print_workers(seen: Sequence[Seen]) -> None:
+    out = render.console()
+    rows = [_cells(s) for s in seen]
+    if _natural_width(rows, _LIST_COLUMNS) <= out.width:
+        out.print(_workers_table(rows, _LIST_COLUMNS, {}))
+        return
+    out.print(_workers_table(rows, _NARROW_COLUMNS, _fit(rows, out.width)))
+
+
+def _workers_table(
+    rows: Sequence[dict[str, str | Text]], columns: Sequence[str], widths: dict[str, int]
+) -> Table:
+    """The workers with ``columns``, each at most ``widths[name]`` wide (cut with an
+    ellipsis; RUNNING, a list, folds instead)."""
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for name in _LIST_COLUMNS:
+    for name in columns:
         table.add_column(
             name,
-            justify="right" if name in ("PID", "CONC", "HEARTBEAT") else "left",
+            justify="right" if name in _RIGHT else "left",
             no_wrap=name != "RUNNING",
             overflow="ellipsis" if name != "RUNNING" else "fold",
+            min_width=min(_MIN_WIDTHS.get(name, len(name)), widths.get(name, _ENDLESS)),
+            max_width=widths.get(name),
         )
-    for s in seen:
-        worker = s.worker
-        table.add_row(
-            worker.id,
-            worker.host,
-            str(worker.pid),
-            _state_text(worker.state),
-            ",".join(worker.queues),
-            ",".join(worker.labels),
-            str(worker.concurrency),
-            worker.version,
-            render.human_time(worker.started_at),
-            age(s.now - worker.heartbeat_at) + " ago",
-            _running_summary(s.runs),
-        )
-    render.console().print(table)
+    for cells in rows:
+        table.add_row(*(cells[name] for name in columns))
+    return table
+
+
+def _width(rows: Sequence[dict[str, str | Text]], name: str) -> int:
+    """The widest cell of a column, its header included."""
+    cells = [cell_len(c.plain if isinstance(c, Text) else c) for row in rows for c in [row[name]]]
+    return max([cell_len(name), *cells])
+
+
+def _natural_width(rows: Sequence[dict[str, str | Text]], columns: Sequence[str]) -> int:
+    return sum(_width(rows, name) for name in columns) + _GAP * (len(columns) - 1)
+
+
+def _fit(rows: Sequence[dict[str, str | Text]], screen: int) -> dict[str, int]:
+    """Widths of the narrow table's columns for a screen ``screen`` columns wide.
+
+    STATE, CONC and HEARTBEAT keep their whole width: a state or an age cut short reads as
+    another value. ID, QUEUES and RUNNING share what is left, the narrowest first, each
+    taking no more than it needs and no less than its minimum.
+    """
+    fixed = [name for name in _NARROW_COLUMNS if name not in _FLEXIBLE]
+    widths = {name: _width(rows, name) for name in fixed}
+    left = screen - sum(widths.values()) - _GAP * (len(_NARROW_COLUMNS) - 1)
+    flexible = sorted(_FLEXIBLE, key=lambda name: _width(rows, name))
+    for i, name in enumerate(flexible):
+        share = left // (len(flexible) - i)
+        widths[name] = max(_MIN_WIDTHS.get(name, len(name)), min(_width(rows, name), share))
+        left -= widths[name]
+    return widths
+
+
+def _cells(seen: Seen) -> dict[str, str | Text]:
+    worker = seen.worker
+    return {
+        "ID": worker.id,
+        "HOST": worker.host,
+        "PID": str(worker.pid),
+        "STATE": _state_text(worker.state),
+        "QUEUES": ",".join(worker.queues),
+        "LABELS": ",".join(worker.labels),
+        "CONC": str(worker.concurrency),
+        "VERSION": worker.version,
+        "STARTED (UTC)": render.human_time(worker.started_at),
+        "HEARTBEAT": age(seen.now - worker.heartbeat_at) + " ago",
+        "RUNNING": _running_summary(seen.runs),
+    }
 
 
 def _running_summary(runs: Sequence[Run]) -> str:

@@ -259,7 +259,7 @@ async def test_subscription_round_trip(any_cli: Cli) -> None:
     assert hook["target"] == {
         "kind": "webhook",
         "url": "https://example.com/in",
-        "headers": {"X-Team": "billing"},
+        "headers": {"X-Team": "***"},  # values masked (test_cli_subs_masking.py)
         "secret_count": 1,
     }
     assert SECRET not in json.dumps(hook)
@@ -285,7 +285,7 @@ async def test_subscription_round_trip(any_cli: Cli) -> None:
         ("hook", "paused", 0),
     ]
     table = cli.ok("subs", "list", "--topic", "orders")
-    assert all(part in table for part in ("https://example.com/in", "types=order.*", "paused"))
+    assert all(part in table for part in ("example.com/in", "types=order.*", "paused"))
     assert cli.ok("subs", "resume", "hook").strip() == "subscription hook: active"
 
     replayed = cli.json("subs", "replay", "hook", "--from", "2")
@@ -296,7 +296,7 @@ async def test_subscription_round_trip(any_cli: Cli) -> None:
 
     shown = cli.json("subs", "show", "hook")
     assert shown["deliveries"] == {"pending": 0, "in_flight": 0, "acked": 0, "retry": 0, "dead": 0}
-    assert "X-Team: billing" in cli.ok("subs", "show", "hook")
+    assert "X-Team: ***" in cli.ok("subs", "show", "hook")
     assert cli.ok("subs", "delete", "big", "--yes").strip() == "subscription big deleted"
     assert [s["name"] for s in cli.json("subs", "list")] == ["hook"]
 

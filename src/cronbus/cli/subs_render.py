@@ -33,9 +33,10 @@ _DELIVERY_STYLES = {
     DeliveryState.DEAD: "bold red",
 }
 _MESSAGE_WIDTH = 80
-_TARGET_WIDTH = 40
-"""Characters of a webhook URL in the list's table (masked, without its scheme)."""
-_STATE_WIDTH = max(len(word) for word in _STATE_STYLES)
+_TARGET_WIDTH = 60
+"""Characters of a webhook URL in the list's table at most (masked, without its scheme)."""
+_MIN_TARGET = 16
+_FILTER_WIDTH = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,27 +165,55 @@ def filter_summary(spec: dict[str, Any]) -> str:
 
 
 def print_subs(seen: Sequence[Seen]) -> None:
-    """Print subscriptions as a table, with their lag behind the topic's end."""
+    """Print subscriptions as a table, with their lag behind the topic's end.
+
+    The target gets the width the other columns leave (at least ``_MIN_TARGET``), so at 80
+    columns the state is a whole word and the target a readable, masked, shortened URL.
+    """
+    out = render.console()
     columns = ("NAME", "STATE", "TOPIC", "TARGET", "FILTER", "CURSOR", "LAG", "HOLDER")
-    rows = table(*columns, right=("CURSOR", "LAG"), wrap=("TARGET", "FILTER", "HOLDER"))
-    # The state is one whole word however narrow the terminal (its reason is in `subs show`);
-    # the target wraps rather than being cut to a letter.
-    rows.columns[1].min_width = _STATE_WIDTH
-    rows.columns[3].min_width = min(_TARGET_WIDTH, 24)
-    rows.columns[3].overflow = "fold"
-    for s in seen:
-        state = subscription_state(s.sub)
-        rows.add_row(
+    cells = [
+        (
             s.sub.name,
-            Text(state, style=_STATE_STYLES[state]),
+            subscription_state(s.sub),
             s.sub.topic,
-            target_summary(s.sub.spec.target, _TARGET_WIDTH),
-            filter_summary(s.sub.spec.filter),
+            s.sub.spec.target,
+            first_line(filter_summary(s.sub.spec.filter), _FILTER_WIDTH),
             str(s.sub.cursor),
             str(s.lag),
-            s.holder or "-",
+            _short_holder(s.holder),
         )
-    render.console().print(rows)
+        for s in seen
+    ]
+    state_width = max(len(word) for word in _STATE_STYLES)
+    others = sum(
+        max(len(columns[i]), state_width if i == 1 else 0, *(len(str(row[i])) for row in cells))
+        for i in range(len(columns))
+        if columns[i] != "TARGET"
+    )
+    width = max(_MIN_TARGET, min(_TARGET_WIDTH, out.width - others - (len(columns) - 1)))
+    rows = table(*columns, right=("CURSOR", "LAG"))
+    rows.padding = (0, 1, 0, 0)  # one space between columns: room for the target
+    rows.columns[1].min_width = state_width  # whole words, however narrow the terminal
+    for name, state, topic, target, filters, cursor, lag, holder in cells:
+        rows.add_row(
+            name,
+            Text(state, style=_STATE_STYLES[state]),
+            topic,
+            target_summary(target, width),
+            filters,
+            cursor,
+            lag,
+            holder,
+        )
+    out.print(rows)
+
+
+def _short_holder(holder: str | None) -> str:
+    """A dispatcher's id without its ``dispatcher-`` prefix (``subs show`` has it whole)."""
+    if holder is None:
+        return "-"
+    return holder.removeprefix("dispatcher-")
 
 
 def subscription_fields(seen: Seen, counts: dict[str, int]) -> Table:
@@ -254,10 +283,10 @@ def table(*columns: str, right: Collection[str] = (), wrap: Collection[str] = ()
     return out
 
 
-def first_line(text: str | None) -> str:
-    """The first line of a message, cut to fit a table."""
+def first_line(text: str | None, width: int = _MESSAGE_WIDTH) -> str:
+    """The first line of a message, cut to ``width`` to fit a table."""
     line = text.strip().splitlines()[0] if text and text.strip() else ""
-    return line if len(line) <= _MESSAGE_WIDTH else line[: _MESSAGE_WIDTH - 1] + "…"
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def print_attempts(delivery: Delivery, found: Sequence[DeliveryAttempt]) -> None:

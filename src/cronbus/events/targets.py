@@ -144,8 +144,7 @@ def check_url(url: object, policy: NetPolicy | None = None) -> str:
         raise InvalidArgumentError(f"a webhook url does not parse ({exc}): {shown!r}") from None
     if parts.scheme not in ("http", "https") or not host:
         raise InvalidArgumentError(
-            f"a webhook target needs an http(s) url with a host, like "
-            f"https://example.com/hooks, not {shown!r}"
+            f"{shown!r} is not an http(s) URL with a host, like https://example.com/hooks"
         )
     address = literal_address(host)
     if address is None and numeric_lookalike(host):

@@ -4,6 +4,10 @@
 SIGTERM or SIGINT stops the scheduler and the dispatcher (pushes in flight get their timeout to
 end, then the leases are let go) and drains the worker (claim nothing more, let running
 attempts finish within the grace period, requeue the rest); a second signal ends the grace.
+
+A thread task blocked outside Python code cannot be interrupted: it is abandoned, and
+:func:`serve` returns how many are still running, so that the command line can end the process
+at once instead of waiting for them (Python waits for such threads at exit).
 """
 
 from __future__ import annotations
@@ -34,8 +38,11 @@ async def serve(
     dispatcher: bool = False,
     labels: Sequence[str] = (),
     install_signals: bool = True,
-) -> None:
-    """Open ``app`` and run the chosen roles until a stop signal, then close it."""
+) -> int:
+    """Open ``app`` and run the chosen roles until a stop signal, then close it.
+
+    Returns the number of thread tasks the worker abandoned that are still running.
+    """
     async with app:
         roles = Roles(
             worker=Worker(app, queues=queues, concurrency=concurrency, labels=labels)
@@ -55,6 +62,7 @@ async def serve(
             await roles.run()
         finally:
             await _cancel(started)
+    return roles.worker.abandoned if roles.worker is not None else 0
 
 
 class Roles:
@@ -131,9 +139,9 @@ def run(
     scheduler: bool = False,
     dispatcher: bool = False,
     labels: Sequence[str] = (),
-) -> None:
-    """Blocking form of :func:`serve`, with signal handlers."""
-    asyncio.run(
+) -> int:
+    """Blocking form of :func:`serve`, with signal handlers; returns what ``serve`` returns."""
+    return asyncio.run(
         serve(
             app,
             queues=queues,

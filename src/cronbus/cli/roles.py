@@ -7,10 +7,12 @@ signal hurries it), and exits with status 0 after a clean stop.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 from rich.console import Console
@@ -27,6 +29,7 @@ FC = TypeVar("FC", bound=Callable[..., Any])
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _RICH_FORMAT = "%(name)s: %(message)s"
+log = logging.getLogger("cronbus.runner")
 
 
 def _role_options(fn: FC) -> FC:
@@ -174,7 +177,7 @@ def _run_role(
     except ConfigurationError as exc:
         raise CliError(f"--labels: {exc}") from None
     setup_logging(log_level)
-    runner.run(
+    abandoned = runner.run(
         app,
         queues=spec,
         concurrency=concurrency,
@@ -183,6 +186,27 @@ def _run_role(
         dispatcher=dispatcher,
         labels=chosen,
     )
+    if abandoned:
+        _exit_now(abandoned)
+
+
+def _exit_now(abandoned: int) -> NoReturn:
+    """End the process without waiting for abandoned thread tasks.
+
+    Python joins every pool thread at exit, so a task blocked in C code would keep a stopped
+    worker alive until it returns. Everything that matters is already released: the runs were
+    queued again, the worker deregistered and the store closed; logs and stdio are flushed.
+    """
+    log.warning(
+        "exiting now, without waiting for %d abandoned thread task(s)",
+        abandoned,
+        extra={"action": "process.exit"},
+    )
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 def default_queues(app: App) -> str:

@@ -16,7 +16,6 @@ import os
 import random
 import re
 import socket
-import time
 import uuid
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -27,11 +26,11 @@ from ..config import Settings
 from ..errors import ConfigurationError
 from ..fairness import parse_queues, plan_shares
 from ..model import ClaimedRun, ClaimRequest, Outcome, QueueShare, WorkerInfo, WorkerState
-from ..states import AttemptOutcome
 from ..store import CONTROL_CHANNEL, RUNS_CHANNEL, Listener, Store
 from . import capture
-from .execution import CANCELLED, LOST, SHUTDOWN, Executor
+from .execution import CANCELLED, LOST, SHUTDOWN, THREAD_POLITE_SECONDS, Executor
 from .outcomes import RunEvents
+from .report import report_all
 
 if TYPE_CHECKING:
     from ..app import App
@@ -143,6 +142,7 @@ class Worker:
             await self._claim_loop()
             await self._drain()
             await self.run_events.drain()
+            await self._release_threads()
         finally:
             for helper in helpers:
                 helper.cancel()
@@ -192,6 +192,29 @@ class Worker:
             await asyncio.wait(rest)
         await self._record(self._take_ended())
 
+    async def _release_threads(self) -> None:
+        """Give interrupted thread tasks the moment they need to stop, then say how many did
+        not: a thread blocked outside Python code (``time.sleep``, a socket read, C code)
+        cannot be stopped, and it is left behind (its run was queued again)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2 * THREAD_POLITE_SECONDS
+        while self.executor.leaked and loop.time() < deadline:
+            self._wake.clear()
+            await _first(self._wake.wait(), timeout=deadline - loop.time())
+        if self.executor.leaked:
+            log.warning(
+                "worker %s: %d thread task(s) still running, blocked outside Python code; "
+                "abandoned (their runs were queued again)",
+                self.id,
+                self.executor.leaked,
+                extra={"action": "worker.abandoned"},
+            )
+
+    @property
+    def abandoned(self) -> int:
+        """Thread tasks this worker interrupted that are still running (stuck in C code)."""
+        return self.executor.leaked
+
     def _take_ended(self) -> list[tuple[ClaimedRun, Outcome]]:
         ended, self._ended = self._ended, []
         return ended
@@ -207,7 +230,7 @@ class Worker:
                 log.exception("recording %d outcomes failed; trying again", len(ended))
                 await asyncio.sleep(pause)
                 continue
-            _report_all(ended, done)
+            report_all(ended, done)
             self.run_events.ended(ended, done)
             return
         log.error(
@@ -268,7 +291,7 @@ class Worker:
         done, claimed = await self.store.complete_and_claim(
             [outcome for _, outcome in ended], request, self.app.clock.now()
         )
-        _report_all(ended, done)
+        report_all(ended, done)
         self.run_events.ended(ended, done)
         return claimed
 
@@ -373,51 +396,3 @@ async def _first(*waits: Coroutine[Any, Any, Any], timeout: float | None = None)
     finally:
         for task in tasks:
             task.cancel()
-
-
-def _report_all(ended: list[tuple[ClaimedRun, Outcome]], done: list[bool]) -> None:
-    for (claimed, outcome), recorded in zip(ended, done, strict=True):
-        _report(claimed, outcome, recorded)
-
-
-def _report(claimed: ClaimedRun, outcome: Outcome, recorded: bool) -> None:
-    """One log line per ended attempt, with a stable ``action`` field."""
-    what = f"run {claimed.run_id} {claimed.task} attempt {claimed.attempt}"
-    if not recorded:
-        log.warning(
-            "%s: lease no longer held; outcome %s dropped",
-            what,
-            outcome.outcome.value,
-            extra={"action": "attempt.fenced"},
-        )
-        return
-    kind = outcome.outcome.value
-    if outcome.outcome is AttemptOutcome.SUCCEEDED:
-        log.info("%s succeeded", what, extra={"action": "attempt.succeeded"})
-        return
-    error = outcome.error
-    reason = f"{error.type}: {error.message}" if error else kind
-    if outcome.outcome is AttemptOutcome.LOST:
-        log.info(
-            "%s stopped (%s); run queued again", what, reason, extra={"action": "attempt.lost"}
-        )
-    elif outcome.outcome is AttemptOutcome.CANCELLED:
-        log.info("%s cancelled", what, extra={"action": "attempt.cancelled"})
-    elif outcome.retry_at is not None:
-        delay = max(0.0, outcome.retry_at - time.time())
-        log.info(
-            "%s %s (%s); retry in %.1fs",
-            what,
-            kind,
-            reason,
-            delay,
-            extra={"action": "attempt.retry"},
-        )
-    else:
-        log.warning(
-            "%s %s (%s); run is dead (dead letter)",
-            what,
-            kind,
-            reason,
-            extra={"action": "run.dead"},
-        )

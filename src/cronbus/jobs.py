@@ -139,7 +139,6 @@ class Jobs:
         scheduler start restores it from the code (:class:`~cronbus.errors.CodeJobError`).
         """
         job = await self._app.store.get_job(_named(name))
-        code_job_guard(job, "changed", force)
         task = self._task(changes.pop("task", job.spec.task))
         unknown = set(changes) - set(JobOptions.__dataclass_fields__)
         if unknown:
@@ -157,6 +156,8 @@ class Jobs:
         spec = build_spec(name, task, _options({**current, **changes}), job.spec.source)
         if not new_trigger:
             spec = replace(spec, trigger=job.spec.trigger)
+        # After the checks, so a bad option is reported as what it is, force or not.
+        code_job_guard(job, "changed", force)
         return await self._put(spec, keep_schedule=not new_trigger and job.next_fire_at)
 
     async def pause(self, name: str) -> Job:

@@ -224,15 +224,17 @@ def encode_call(
     return args_json, kwargs_json
 
 
-def parse_json(text: str, what: str) -> Any:
+def parse_json(text: str, what: str | None = None) -> Any:
     """Parse JSON a user typed (``--args``, ``--data``...), refusing NaN, Infinity and nesting
-    too deep for a decoder, with an error that names ``what`` it is."""
+    too deep for a decoder, with an error that names ``what`` it is (by default, the text
+    itself, shortened)."""
+    what = shorten(text) if what is None else what
     try:
         return json.loads(text, parse_constant=_refuse_constant)
     except RecursionError:
         raise SerializationError(f"{what} nests too deeply to be read as JSON") from None
     except ValueError as exc:
-        raise SerializationError(f"{what} is not JSON ({exc}), got {shorten(text)}") from None
+        raise SerializationError(f"{what} is not JSON ({exc})") from None
 
 
 def _refuse_constant(name: str) -> Any:

@@ -23,6 +23,7 @@ import click
 
 from ..app import App
 from ..errors import CronbusError
+from ..validation import shorten, unstorable_reason
 
 T = TypeVar("T")
 E = TypeVar("E", bound=enum.StrEnum)
@@ -67,6 +68,15 @@ def one_line_errors() -> Iterator[None]:
         raise CliError(str(exc) or type(exc).__name__) from None
 
 
+def check_arguments(args: Sequence[str]) -> None:
+    """Refuse a command-line argument holding a NUL or a lone surrogate (bytes that are not
+    UTF-8), naming it, before any command sees it."""
+    for index, arg in enumerate(args, start=1):
+        reason = unstorable_reason(arg) if isinstance(arg, str) else None
+        if reason is not None:
+            raise CliError(f"argument {index} ({shorten(arg)}) {reason}: give UTF-8 text")
+
+
 def _usage_message(exc: click.UsageError) -> str:
     message = exc.format_message()
     if exc.ctx is not None:
@@ -84,8 +94,14 @@ class CronbusGroup(click.Group):
         parent: click.Context | None = None,
         **extra: Any,
     ) -> click.Context:
-        """Parse this group's own options, reporting a bad one in one line."""
+        """Parse this group's own options, reporting a bad one in one line.
+
+        The top group first refuses arguments that are not text: a lone surrogate is how Python
+        shows bytes that are not UTF-8, and no store, URL or JSON parser can take it.
+        """
         with one_line_errors():
+            if parent is None:
+                check_arguments(args)
             return super().make_context(info_name, args, parent=parent, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -176,6 +192,10 @@ def import_module(name: str) -> ModuleType:
         sys.path.insert(0, cwd)
     try:
         return importlib.import_module(name)
+    except CronbusError as exc:
+        # The module imported fine but cronbus refused something in it (a CRONBUS_* setting
+        # read by App(), a task option): that is the one thing to fix, so say it alone.
+        raise CliError(str(exc)) from None
     except ModuleNotFoundError as exc:
         raise CliError(f"cannot import module {name!r}: {exc}") from None
     except Exception as exc:

@@ -1,0 +1,194 @@
+"""How the `cronbus jobs` commands show a job: its one-word state, a table, fields, JSON.
+
+A job's state is one word: ``active`` (it will fire), ``paused``, ``disabled`` (gone from the
+app's code: kept, never fired, until removed), ``waiting`` (an ``after`` job whose run has not
+ended yet, so its next fire is not planned) or ``finished`` (no fire left).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import click
+from rich.console import JustifyMethod
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import CronbusError
+from ..model import Job, Misfire
+from ..triggers import trigger_from_spec
+from . import render
+
+_STATE_STYLES = {
+    "active": "green",
+    "paused": "yellow",
+    "waiting": "cyan",
+    "disabled": "dim",
+    "finished": "dim",
+}
+_LIST_COLUMNS = (
+    "NAME",
+    "TASK",
+    "SCHEDULE",
+    "NEXT FIRE (UTC)",
+    "STATE",
+    "FIRES",
+    "MISFIRE",
+    "OVERLAP",
+)
+
+
+def job_state(job: Job) -> str:
+    """One word for where a job stands (see the module docstring)."""
+    if not job.enabled:
+        return "disabled"
+    if job.spec.paused:
+        return "paused"
+    if job.next_fire_at is not None:
+        return "active"
+    spec = job.spec
+    if spec.after_seconds is not None and (spec.max_fires is None or job.fires < spec.max_fires):
+        return "waiting"
+    return "finished"
+
+
+def planned_fire(job: Job) -> float | None:
+    """The job's next fire, or None when it will not fire (paused or disabled included)."""
+    return job.next_fire_at if job_state(job) == "active" else None
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    """A job as a JSON object: its definition, its schedule and where it stands."""
+    spec, zone, planned = job.spec, zone_of(job), planned_fire(job)
+    return {
+        "id": job.id,
+        "name": spec.name,
+        "task": spec.task,
+        "state": job_state(job),
+        "schedule": describe(job),
+        "trigger": spec.trigger,
+        "tz": str(zone),
+        "next_fire": render.iso(planned),
+        "next_fire_local": local_iso(planned, zone),
+        "fires": job.fires,
+        "max_fires": spec.max_fires,
+        "last_fire": render.iso(job.last_fire_at),
+        "misfire": spec.misfire.value,
+        "misfire_grace": spec.misfire_grace,
+        "misfire_max": spec.misfire_max,
+        "overlap": spec.overlap.value,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "max_attempts": spec.max_attempts,
+        "timeout": spec.timeout,
+        "args": json.loads(spec.args_json),
+        "kwargs": json.loads(spec.kwargs_json),
+        "children": list(spec.children),
+        "calendars": list(spec.calendars),
+        "source": spec.source,
+        "paused": spec.paused,
+        "enabled": job.enabled,
+        "created_at": render.iso(job.created_at),
+        "updated_at": render.iso(job.updated_at),
+    }
+
+
+def print_jobs(found: Sequence[Job]) -> None:
+    if not found:
+        click.echo("no jobs")
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in _LIST_COLUMNS:
+        wrap = column == "SCHEDULE"  # free text gives up its width first, never a time
+        justify: JustifyMethod = "right" if column == "FIRES" else "left"
+        table.add_column(column, justify=justify, no_wrap=not wrap, overflow="fold")
+    for job in found:
+        table.add_row(
+            job.name,
+            job.spec.task,
+            describe(job),
+            render.human_time(planned_fire(job)),
+            state_text(job),
+            _fires(job),
+            job.spec.misfire.value,
+            job.spec.overlap.value,
+        )
+    render.console().print(table)
+
+
+def job_fields(job: Job) -> Table:
+    spec, zone, planned = job.spec, zone_of(job), planned_fire(job)
+    rows = [
+        ("task", spec.task),
+        ("schedule", describe(job)),
+        ("next fire", f"{local_iso(planned, zone)}  ({render.iso(planned)})" if planned else ""),
+        ("last fire", render.iso(job.last_fire_at) or ""),
+        ("fires", _fires(job)),
+        ("misfire", _misfire(job)),
+        ("overlap", spec.overlap.value),
+        ("queue", spec.queue),
+        ("priority", str(spec.priority)),
+        ("attempts", str(spec.max_attempts)),
+        ("timeout", "" if spec.timeout is None else f"{spec.timeout:g} s"),
+        ("args", spec.args_json),
+        ("kwargs", spec.kwargs_json),
+        ("children", ", ".join(spec.children)),
+        ("calendars", ", ".join(spec.calendars)),
+        ("source", spec.source),
+        ("created", render.human_time(job.created_at)),
+        ("updated", render.human_time(job.updated_at)),
+    ]
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for label, value in rows:
+        if value:
+            grid.add_row(label, value)
+    return grid
+
+
+def describe(job: Job) -> str:
+    """The trigger in words, e.g. ``cron '0 9 * * *' in Europe/Paris`` or ``every 60s``."""
+    try:
+        return trigger_from_spec(job.spec.trigger).describe()
+    except CronbusError as exc:
+        # A stored trigger this version cannot read must not hide every other job.
+        return f"unreadable trigger {json.dumps(job.spec.trigger)}: {exc}"
+
+
+def _misfire(job: Job) -> str:
+    spec = job.spec
+    text = f"{spec.misfire.value} (grace {spec.misfire_grace:g} s"
+    if spec.misfire is Misfire.ALL:
+        text += f", at most {spec.misfire_max} missed fires"
+    return text + ")"
+
+
+def _fires(job: Job) -> str:
+    limit = job.spec.max_fires
+    return str(job.fires) if limit is None else f"{job.fires}/{limit}"
+
+
+def state_text(job: Job) -> Text:
+    state = job_state(job)
+    return Text(state, style=_STATE_STYLES[state])
+
+
+def zone_of(job: Job) -> ZoneInfo:
+    """The job's time zone: its trigger's (cron, every), else UTC."""
+    name = job.spec.trigger.get("tz")
+    try:
+        return ZoneInfo(name) if isinstance(name, str) else ZoneInfo("UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")  # shown as UTC; `jobs show` says the trigger is unreadable
+
+
+def local_iso(timestamp: float | None, zone: ZoneInfo) -> str | None:
+    """Epoch seconds as an ISO-8601 time in ``zone`` (None stays None)."""
+    if timestamp is None:
+        return None
+    return datetime.fromtimestamp(timestamp, zone).isoformat(timespec="milliseconds")

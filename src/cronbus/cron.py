@@ -7,15 +7,11 @@ maps wall-clock times to instants (see :mod:`cronbus.triggers`).
 
 Forms, by the number of fields:
 
-==========  ===========================================================  =========================
-fields      order                                                        dialect
-==========  ===========================================================  =========================
-5           minute hour day-of-month month day-of-week                   cron (Vixie)
-6           second minute hour day-of-month month day-of-week            cron, seconds first
-6 with ?    second minute hour day-of-month month day-of-week            Quartz
-7           second minute hour day-of-month month day-of-week year       Quartz (needs ``?``)
-1           ``@yearly @annually @monthly @weekly @daily @midnight @hourly``  cron
-==========  ===========================================================  =========================
+* 5: ``minute hour day-of-month month day-of-week``, Vixie cron;
+* 6: ``second minute hour day-of-month month day-of-week``, cron with the seconds first;
+* 6 with ``?`` in a day field: the same order, read as Quartz;
+* 7: Quartz's six and a ``year`` (a ``?`` is required);
+* 1: ``@yearly @annually @monthly @weekly @daily @midnight @hourly``.
 
 Which days fire (see :mod:`cronbus.cron_fields` for the items of each field):
 
@@ -56,7 +52,10 @@ from .cron_fields import (
 )
 from .errors import ConfigurationError
 
-__all__ = ["CronSchedule", "compile_cron"]
+__all__ = ["MAX_LENGTH", "CronSchedule", "compile_cron"]
+
+MAX_LENGTH = 1000
+"""The longest expression accepted, in characters (every second and minute listed is 340)."""
 
 _ALIASES = {
     "@YEARLY": "0 0 1 1 *",
@@ -93,12 +92,14 @@ class CronSchedule:
     either: bool  # a day fires when either day field matches (Vixie's OR), else both
     # Days that fire, by (weekday of the 1st, month length): a month's days depend on nothing
     # else. A memo filled lazily; threads racing on it store equal values.
-    _days: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict, repr=False)
+    _days: dict[tuple[int, int], tuple[int, ...]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def next_after(self, wall: datetime) -> datetime | None:
         """The first matching wall-clock second strictly after ``wall``, None past year 9999."""
         later = self._time_from(wall.hour, wall.minute, wall.second + 1)
-        if later is not None and wall.day in self._month_days(wall.year, wall.month):
+        if later is not None and wall.day in self.month_days(wall.year, wall.month):
             return datetime(wall.year, wall.month, wall.day, *later)
         found = self._day_after(wall.year, wall.month, wall.day)
         if found is None:
@@ -111,14 +112,11 @@ class CronSchedule:
             wall.second in self.seconds
             and wall.minute in self.minutes
             and wall.hour in self.hours
-            and wall.day in self._month_days(wall.year, wall.month)
+            and wall.day in self.month_days(wall.year, wall.month)
         )
 
     def month_days(self, year: int, month: int) -> tuple[int, ...]:
         """The days of ``year``-``month`` that fire, in order (empty for a month that does not)."""
-        return self._month_days(year, month)
-
-    def _month_days(self, year: int, month: int) -> tuple[int, ...]:
         if month not in self.months or (self.years is not None and year not in self.years):
             return ()
         first, length = calendar.monthrange(year, month)
@@ -173,7 +171,7 @@ class CronSchedule:
                 year, month, day = self.years[later], 1, 0
             if year > _LAST_YEAR:
                 return None
-            days = self._month_days(year, month)
+            days = self.month_days(year, month)
             found = bisect_right(days, day)
             if found < len(days):
                 return year, month, days[found]
@@ -187,6 +185,11 @@ def compile_cron(expr: str) -> CronSchedule:
 
     Cached: a scheduler with thousands of jobs on a few schedules reads each one once.
     """
+    if len(expr) > MAX_LENGTH:
+        raise ConfigurationError(
+            f"invalid cron expression {show(expr)}: {len(expr)} characters long; "
+            f"at most {MAX_LENGTH}"
+        )
     parts = expr.split()
     if len(parts) == 1 and parts[0].startswith("@"):
         alias = _ALIASES.get(parts[0].upper())

@@ -28,7 +28,7 @@ from .subs_render import delivery_json, first_line, table
 _json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document instead of a table."
 )
-_COLUMNS = ("KIND", "ID", "OF", "WHERE", "TRIES", "DIED (UTC)", "ERROR", "MESSAGE")
+_COLUMNS = ("KIND", "ID", "OF", "WHERE", "ATTEMPTS", "DIED (UTC)", "ERROR", "MESSAGE")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +123,7 @@ def _dead_json(dead: Dead) -> dict[str, Any]:
 
 
 def _print_dead(found: Sequence[Dead]) -> None:
-    rows = table(*_COLUMNS, right=("ID", "TRIES"), wrap=("MESSAGE",))
+    rows = table(*_COLUMNS, right=("ID", "ATTEMPTS"), wrap=("MESSAGE",))
     for dead in found:
         if dead.run is not None:
             run, error = dead.run, dead.run.error

@@ -41,8 +41,10 @@ _OUTCOME_STYLES = {
 }
 _MESSAGE_WIDTH = 80
 _PIPE_WIDTH = 1000
-_RUN_COLUMNS = ("ID", "TASK", "QUEUE", "STATE", "PRI", "TRIES", "DUE (UTC)")
-_DEAD_COLUMNS = ("ID", "TASK", "QUEUE", "TRIES", "DIED (UTC)", "ERROR", "MESSAGE")
+_RUN_COLUMNS = ("ID", "TASK", "QUEUE", "STATE", "PRI", "ATTEMPTS", "DUE (UTC)")
+"""ATTEMPTS counts the attempts made, lost ones included: the number of the latest attempt in
+``runs show`` (the retry budget, counted in tries, is there too)."""
+_DEAD_COLUMNS = ("ID", "TASK", "QUEUE", "ATTEMPTS", "DIED (UTC)", "ERROR", "MESSAGE")
 _ATTEMPT_COLUMNS = ("#", "WORKER", "OUTCOME", "STARTED (UTC)", "SECONDS", "ERROR")
 
 
@@ -128,7 +130,7 @@ def print_runs(runs: Sequence[Run]) -> None:
     if not runs:
         click.echo("no runs")
         return
-    table = _table(*_RUN_COLUMNS, right=("ID", "PRI", "TRIES"))
+    table = _table(*_RUN_COLUMNS, right=("ID", "PRI", "ATTEMPTS"))
     for run in runs:
         table.add_row(
             str(run.id),
@@ -136,7 +138,7 @@ def print_runs(runs: Sequence[Run]) -> None:
             run.queue,
             state_text(run.state),
             str(run.priority),
-            f"{run.attempts}/{run.max_attempts}",
+            str(run.attempts),
             human_time(run.eta),
         )
     console().print(table)
@@ -147,7 +149,7 @@ def print_dead(runs: Sequence[Run]) -> None:
     if not runs:
         click.echo("no dead runs")
         return
-    table = _table(*_DEAD_COLUMNS, right=("ID", "TRIES"), wrap=("MESSAGE",))
+    table = _table(*_DEAD_COLUMNS, right=("ID", "ATTEMPTS"), wrap=("MESSAGE",))
     for run in runs:
         error = run.error
         table.add_row(
@@ -166,7 +168,7 @@ def print_run(run: Run, attempts: Sequence[Attempt]) -> None:
     """A run's fields, its attempts, and then each attempt's traceback and logs in full."""
     out = console()
     out.print(Text.assemble(f"run {run.id}  ", (run.task, "bold"), "  ", state_text(run.state)))
-    out.print(_run_fields(run))
+    out.print(_run_fields(run, attempts))
     if not attempts:
         out.print("no attempts yet")
         return
@@ -176,14 +178,14 @@ def print_run(run: Run, attempts: Sequence[Attempt]) -> None:
         _print_blocks(out, attempt)
 
 
-def _run_fields(run: Run) -> Table:
+def _run_fields(run: Run, attempts: Sequence[Attempt]) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
     rows: list[tuple[str, str | Text]] = [
         ("queue", run.queue),
         ("priority", str(run.priority)),
-        ("attempts", f"{run.attempts} of {run.max_attempts}"),
+        ("attempts", attempts_text(run, attempts)),
         ("due", human_time(run.eta)),
         ("created", human_time(run.created_at)),
         ("updated", human_time(run.updated_at)),
@@ -202,6 +204,20 @@ def _run_fields(run: Run) -> Table:
     for name, value in rows:
         grid.add_row(name, value)
     return grid
+
+
+def attempts_text(run: Run, attempts: Sequence[Attempt]) -> str:
+    """``2 (1 lost); 1 try allowed``: attempts made, and the retry budget in tries.
+
+    Attempts are numbered 1, 2, ... in the order they started, lost ones included. A try is an
+    attempt that uses up the budget (``retries + 1`` tries, the worker's log says ``try 1 of
+    3``): a lost attempt (its worker died or stopped) is not a try, and a requeued run gets a
+    fresh budget, so more attempts than tries is normal after either.
+    """
+    lost = sum(1 for a in attempts if a.outcome is AttemptOutcome.LOST)
+    made = f"{run.attempts} ({lost} lost)" if lost else str(run.attempts)
+    tries = "try" if run.max_attempts == 1 else "tries"
+    return f"{made}; {run.max_attempts} {tries} allowed"
 
 
 def _attempts_table(attempts: Sequence[Attempt]) -> Table:

@@ -48,7 +48,7 @@ class RunEndedError(RunFailedError):
             # A note is printed with the exception's own traceback but kept out of str(), so
             # a test that fails on it shows where the task failed, and logs stay one line.
             self.add_note(
-                f"the task's traceback (attempt on the worker):\n{self.traceback.rstrip()}"
+                f"the task's traceback, from its last attempt:\n{self.traceback.rstrip()}"
             )
 
 

@@ -26,7 +26,7 @@ async def test_sync_and_async_tasks_succeed(app: App, worker: Worker, tmp_path: 
 
 async def test_thread_timeout_interrupts_python_code(app: App, worker: Worker) -> None:
     handle = await tasks.busy_loop.defer_async(60.0)
-    run = await handle.wait_async(10)
+    run = await handle.wait_async(10, raise_error=False)
     assert run.state is RunState.DEAD
     (attempt,) = await app.store.list_attempts(handle.id)
     assert attempt.outcome is AttemptOutcome.TIMED_OUT
@@ -41,14 +41,14 @@ async def test_thread_timeout_sets_the_cancel_token(
 ) -> None:
     path = tmp_path / "token"
     handle = await tasks.polite_wait.defer_async(str(path), 60.0)
-    assert (await handle.wait_async(10)).state is RunState.DEAD
+    assert (await handle.wait_async(10, raise_error=False)).state is RunState.DEAD
     await until(lambda: _true(path.exists()))
     assert path.read_text().strip() == "token:timeout"
 
 
 async def test_async_timeout_cancels_the_coroutine(app: App, worker: Worker) -> None:
     handle = await tasks.async_sleep.defer_async(60.0)
-    run = await handle.wait_async(10)
+    run = await handle.wait_async(10, raise_error=False)
     assert run.state is RunState.DEAD
     assert run.error is not None
     assert run.error.type == "TimeoutError"
@@ -59,7 +59,7 @@ async def test_async_timeout_cancels_the_coroutine(app: App, worker: Worker) -> 
 async def test_process_timeout_kills_the_child(app: App, worker: Worker, tmp_path: Path) -> None:
     path = tmp_path / "pid"
     handle = await tasks.process_sleep.defer_async(str(path), 60.0)
-    run = await handle.wait_async(15)
+    run = await handle.wait_async(15, raise_error=False)
     assert run.state is RunState.DEAD
     (attempt,) = await app.store.list_attempts(handle.id)
     assert attempt.outcome is AttemptOutcome.TIMED_OUT
@@ -73,7 +73,7 @@ async def test_cancel_a_running_run(app: App, worker: Worker, tmp_path: Path) ->
     handle = await tasks.wait_for_cancel.defer_async(str(path), 60.0)
     await until(lambda: _true(path.exists()))
     assert await handle.cancel_async() is RunState.CANCELLING
-    run = await handle.wait_async(5)
+    run = await handle.wait_async(5, raise_error=False)
     assert run.state is RunState.CANCELLED
     (attempt,) = await app.store.list_attempts(handle.id)
     assert attempt.outcome is AttemptOutcome.CANCELLED
@@ -88,7 +88,7 @@ async def test_cancel_a_queued_run_is_immediate(app: App) -> None:
 
 async def test_logs_and_stdout_are_kept_with_the_attempt(app: App, worker: Worker) -> None:
     handle = await tasks.chatty.defer_async(3)
-    assert (await handle.wait_async(10)).state is RunState.SUCCEEDED
+    assert (await handle.wait_async(10, raise_error=False)).state is RunState.SUCCEEDED
     (attempt,) = await app.store.list_attempts(handle.id)
     assert "line 2" in attempt.logs
     assert "WARNING apps.chatty: record 2" in attempt.logs
@@ -96,7 +96,7 @@ async def test_logs_and_stdout_are_kept_with_the_attempt(app: App, worker: Worke
 
 async def test_long_logs_are_truncated_and_marked(app: App, worker: Worker) -> None:
     handle = await tasks.chatty.defer_async(20_000)
-    assert (await handle.wait_async(20)).state is RunState.SUCCEEDED
+    assert (await handle.wait_async(20, raise_error=False)).state is RunState.SUCCEEDED
     (attempt,) = await app.store.list_attempts(handle.id)
     assert len(attempt.logs.encode()) < app.settings.log_limit + 200
     assert "truncated" in attempt.logs.splitlines()[-1]

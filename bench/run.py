@@ -1,5 +1,5 @@
-"""Run every benchmark in sequence (defer, throughput, latency, precision, scale, delivery) and
-print a summary table.
+"""Run every benchmark in sequence (defer, throughput, latency, precision, scale, delivery,
+cron) and print a summary table.
 
 The sizes are moderate, so the whole run stays under about four minutes on a 2-core machine.
 Each benchmark can also be run on its own, with more options: see ``bench/README.md`` or
@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 
+import cron
 import defer
 import delivery
 import latency
@@ -48,8 +49,10 @@ PLAN: dict[str, tuple[Main, list[str]]] = {
         delivery.main,
         ["--single", "2000", "--bulk", "50000", "--deliveries", "20000", "--samples", "500"],
     ),
+    "cron": (cron.main, ["--steps", "5000", "--repeat", "3"]),
 }
 QUICK: dict[str, list[str]] = {
+    "cron": ["--steps", "500", "--parse", "200", "--repeat", "1"],
     "defer": ["--single", "500", "--bulk", "10000", "--sync", "500"],
     "throughput": ["--runs", "4000"],
     "latency": ["--samples", "100", "--delayed-samples", "10"],

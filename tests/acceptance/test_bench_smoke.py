@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = ("defer", "throughput", "latency", "precision", "scale", "delivery")
+BENCHMARKS = ("defer", "throughput", "latency", "precision", "scale", "delivery", "cron")
 
 
 @pytest.mark.slow

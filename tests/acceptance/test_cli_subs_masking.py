@@ -158,3 +158,13 @@ def test_every_option_of_subs_add_has_help() -> None:
         if isinstance(p, click.Option) and not (p.help and p.help.strip())
     ]
     assert missing == []
+
+
+def test_a_malformed_header_is_refused_without_echoing_it(cli: Cli) -> None:
+    done = cli.run(
+        *("subs", "add", "bad", "--topic", "orders", "--webhook", "https://a.example/"),
+        *("--header", f"Authorization Bearer {BEARER}"),
+    )
+    assert done.returncode == 1
+    assert "is not a header" in done.stderr
+    no_secret(done.stderr)

@@ -22,7 +22,7 @@ from .model import Fire, Job, JobSpec, Misfire
 from .store.common import job_run
 from .task import Task
 from .triggers import Trigger, next_fires, trigger_from_spec
-from .validation import check_label
+from .validation import check_int, check_label
 
 if TYPE_CHECKING:
     from .app import App
@@ -40,6 +40,8 @@ __all__ = [
     "trigger_of",
 ]
 log = logging.getLogger("cronbus.jobs")
+NEXT_LIMIT = 10_000
+"""The most fire times ``Jobs.next`` computes at once."""
 _SYNC_BATCH = 1000
 """Jobs stored per transaction by a sync."""
 _TRIGGER_OPTIONS = ("cron", "every", "after", "at", "tz", "start", "end", "jitter", "exclude")
@@ -188,9 +190,10 @@ class Jobs:
 
     async def next(self, name: str, count: int = 5) -> list[float]:
         """The job's next ``count`` fire times (epoch seconds), as its trigger would plan them."""
+        check_int(count, "count", 0, NEXT_LIMIT)
         job = await self._app.store.get_job(_named(name))
         trigger = trigger_of(job.spec, await self._app.store.get_calendars())
-        if job.next_fire_at is None:
+        if job.next_fire_at is None or count == 0:
             return []
         return [job.next_fire_at, *next_fires(trigger, job.next_fire_at, max(0, count - 1))]
 

@@ -98,6 +98,7 @@ def job_json(job: Job) -> dict[str, Any]:
 
 
 def print_jobs(found: Sequence[Job]) -> None:
+    """Print jobs as a table (or say there are none)."""
     if not found:
         click.echo("no jobs")
         return
@@ -121,6 +122,7 @@ def print_jobs(found: Sequence[Job]) -> None:
 
 
 def job_fields(job: Job) -> Table:
+    """A job's fields, label and value, as ``jobs show`` prints them."""
     spec, zone, planned = job.spec, zone_of(job), planned_fire(job)
     rows = [
         ("task", spec.task),
@@ -174,6 +176,7 @@ def _fires(job: Job) -> str:
 
 
 def state_text(job: Job) -> Text:
+    """A job's state word, styled."""
     state = job_state(job)
     return Text(state, style=_STATE_STYLES[state])
 

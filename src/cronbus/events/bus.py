@@ -25,6 +25,7 @@ from ..validation import (
     check_seconds,
     check_time,
     check_topic,
+    invalid,
     shorten,
 )
 from .event import Event, validate_topic
@@ -64,6 +65,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cronbus.events")
 REMOVED_FROM_CODE = "its handler is no longer in the code"
+ID_LIMIT = 2**63 - 1
+"""Ids are signed 64-bit integers in both stores."""
 OFFSET_LIMIT = 2**62
 """Offsets and event counts fit a signed 64-bit column, with room to add."""
 
@@ -303,6 +306,8 @@ class Subscriptions:
             raise InvalidArgumentError("give exactly one of offset= or since=")
         sub = await self.get(name)
         if offset is not None:
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 1:
+                raise invalid("offset", "must be >= 1", offset)
             after = check_int(offset, "offset", 1, OFFSET_LIMIT) - 1
         else:
             after = await self.store.offset_at(sub.topic, check_time(since, "since"))
@@ -319,22 +324,30 @@ class Subscriptions:
             raise InvalidArgumentError(
                 f"unknown delivery state in {states!r} (known: {known})"
             ) from None
+        check_int(limit, "limit", 1, OFFSET_LIMIT)
+        chosen_name = None if name is None else check_name(name)
         return await self.store.list_deliveries(
-            DeliveryFilter(subscription=name, states=chosen, limit=limit)
+            DeliveryFilter(subscription=chosen_name, states=chosen, limit=limit)
         )
 
     async def attempts(self, delivery_id: int) -> builtins.list[DeliveryAttempt]:
         """A delivery's attempts, oldest first."""
-        return await self.store.list_delivery_attempts(delivery_id)
+        return await self.store.list_delivery_attempts(
+            check_int(delivery_id, "delivery id", 1, ID_LIMIT)
+        )
 
     async def counts(self, name: str) -> dict[DeliveryState, int]:
         """How many deliveries of ``name`` are in each state."""
-        return await self.store.count_deliveries(name)
+        return await self.store.count_deliveries(check_name(name))
 
     async def requeue(
         self, delivery_ids: Sequence[int] | None = None, *, subscription: str | None = None
     ) -> builtins.list[int]:
         """Push dead deliveries again (None: every dead one, of ``subscription`` if given)."""
+        if delivery_ids is not None:
+            delivery_ids = [check_int(i, "delivery id", 1, ID_LIMIT) for i in delivery_ids]
+        if subscription is not None:
+            check_name(subscription)
         ids = await self.store.requeue_deliveries(delivery_ids, self.app.clock.now(), subscription)
         if ids:
             await self.app.store.notify([EVENTS_CHANNEL])

@@ -293,7 +293,9 @@ def cli_args(module: str, data: st.DataObject) -> list[str]:
             return []
         return [flag, text_of(draw(flag, kind))]
 
-    command = draw.pick("defer", "publish", "job", "job_change", "subscribe")
+    command = draw.pick("defer", "publish", "job", "job_change", "subscribe", "inspect")
+    if command == "inspect":
+        return inspect_args(draw, data)
     if command == "defer":
         return [
             "defer",
@@ -355,6 +357,41 @@ def cli_args(module: str, data: st.DataObject) -> list[str]:
         *option("--types", "type"),
         *option("--subject", "text"),
     ]
+
+
+def inspect_args(draw: Fields, data: st.DataObject) -> list[str]:
+    """A command that reads or changes one thing named by a typed value."""
+    ident = data.draw(
+        st.sampled_from(["1", "2", "0", "-1", "9223372036854775807", "99999999999999999999"])
+        | texts
+    )
+    name = data.draw(st.sampled_from(["tick", "j1", "t"]) | texts, label="name")
+    number = text_of(draw("number", "seconds"))
+    return data.draw(
+        st.sampled_from(
+            [
+                ["runs", "show", ident],
+                ["runs", "cancel", ident],
+                ["runs", "retry", ident],
+                ["runs", "list", "--task", name, "--queue", name, "--limit", ident],
+                ["runs", "list", "--state", name, "--before", ident],
+                ["jobs", "show", name],
+                ["jobs", "next", name, "-n", ident],
+                ["jobs", "pause", name],
+                ["jobs", "resume", name],
+                ["jobs", "trigger", name, "--app", "x"],
+                ["events", "tail", name, "--from", ident],
+                ["events", "tail", name, "--last", ident, "--json"],
+                ["events", "retention", name, "--max-age", number],
+                ["subs", "show", name],
+                ["subs", "replay", name, "--from", ident],
+                ["subs", "deliveries", name, "--limit", ident],
+                ["dlq", "list", "--limit", ident],
+                ["workers", "list", "--state", name],
+            ]
+        ),
+        label="inspect",
+    )
 
 
 def invoke(args: list[str], store: str) -> Result:

@@ -84,8 +84,37 @@ def _usage_message(exc: click.UsageError) -> str:
     return message
 
 
+INT_LIMIT = 2**63 - 1
+"""Whole numbers typed on the command line fit a signed 64-bit integer, as store ids do."""
+
+
+class CronbusCommand(click.Command):
+    """A command whose whole-number arguments are refused in one line when no store could hold
+    them (``runs show 99999999999999999999``), instead of overflowing in the store."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Check the parsed whole numbers, then run the command."""
+        for param in self.params:
+            values = ctx.params.get(param.name or "")
+            for value in values if isinstance(values, tuple | list) else (values,):
+                if isinstance(value, int) and not -INT_LIMIT - 1 <= value <= INT_LIMIT:
+                    raise CliError(
+                        f"{_label(param)} must be a whole number from {-INT_LIMIT - 1} to "
+                        f"{INT_LIMIT}, got {shorten(value)}"
+                    )
+        return super().invoke(ctx)
+
+
+def _label(param: click.Parameter) -> str:
+    if isinstance(param, click.Option):
+        return max(param.opts, key=len)
+    return param.human_readable_name
+
+
 class CronbusGroup(click.Group):
     """A Click group whose commands report failures as one ``error: ...`` line."""
+
+    command_class = CronbusCommand
 
     def make_context(
         self,

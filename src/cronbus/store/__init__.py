@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import StoreURLError
 from . import migrations
-from .base import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener, Store
+from .ports import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener, Store
 from .sqlite import SQLiteStore
 
 DEFAULT_URL = "sqlite:///./cronbus.db"

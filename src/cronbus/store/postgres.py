@@ -31,17 +31,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from ..errors import InvalidTransitionError, RunNotFoundError, StoreError
+from ..errors import RunNotFoundError, StoreError
 from ..model import (
     Attempt,
     ClaimedRun,
     ClaimRequest,
     Deferred,
-    ErrorInfo,
     Fire,
     Job,
     JobSpec,
-    Lane,
     NewRun,
     Outcome,
     Run,
@@ -49,12 +47,12 @@ from ..model import (
     WorkerInfo,
     WorkerState,
 )
-from ..states import AttemptOutcome, RunEvent, RunState, sources, transition
+from ..states import RunState
 from . import postgres_jobs
 from . import postgres_jobs as jobs
 from . import postgres_sql as q
-from .base import CONTROL_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener
-from .common import LEASE_EXPIRED, overlap_decisions
+from .base import HeldAttempt, Listener
+from .logic import cancel_state, holds_cancelling, lease_lost, overlap_decisions, wakeups
 from .migrations import Migrated, SchemaVersions
 from .postgres_db import NOT_OPEN, Database
 from .postgres_events import PostgresEvents
@@ -67,7 +65,7 @@ from .postgres_rows import (
     fenced,
     finish_params,
     first_per_run,
-    lease_lost,
+    lost_change,
     run_params,
     worker_from_row,
 )
@@ -139,7 +137,7 @@ class PostgresStore(PostgresEvents):
             return []
         async with self._db.transaction() as tx:
             inserting = await _insert_runs(tx, runs, now)
-            tx.nudges.add(RUNS_CHANNEL)
+            tx.nudges.update(wakeups(RunState.QUEUED))
         return await self._deferred(inserting, runs)
 
     async def _deferred(self, inserting: Cursor, runs: Sequence[NewRun]) -> list[Deferred]:
@@ -228,10 +226,7 @@ class PostgresStore(PostgresEvents):
         parents: list[int] = []
         for _, _, state, job_id, key, has_children, after_trigger in ended:
             new = RunState(state)
-            # A retry changes the earliest due time that idle workers sleep towards, and runs
-            # queued behind a key wait for this one to end.
-            if new in (RunState.QUEUED, RunState.SCHEDULED) or key is not None:
-                tx.nudges.add(RUNS_CHANNEL)
+            tx.nudges.update(wakeups(new, key))
             if job_id is not None and new.terminal:
                 if after_trigger is not None:
                     triggers[job_id] = after_trigger
@@ -256,7 +251,7 @@ class PostgresStore(PostgresEvents):
         )
         if cancel:
             await tx.queue(q.CANCEL_RUNNING, {"ids": cancel, "now": now})
-            tx.nudges.add(CONTROL_CHANNEL)
+            tx.nudges.update(wakeups(RunState.CANCELLING))
         if skipped:
             await tx.queue(q.SKIP_RUNS, {"ids": [p.id for p in skipped], "now": now})
             ended = [p.job_id for p in skipped if p.job_id is not None]
@@ -271,7 +266,7 @@ class PostgresStore(PostgresEvents):
         """Renew every lease the worker holds, and its registry entry, in one statement."""
         params = {"now": now, "worker": worker_id, "expires": now + lease_seconds}
         return [
-            HeldAttempt(run_id=r[0], attempt_id=r[1], cancelling=r[2] == RunState.CANCELLING)
+            HeldAttempt(run_id=r[0], attempt_id=r[1], cancelling=holds_cancelling(RunState(r[2])))
             for r in await self._db.rows(q.HEARTBEAT, params)
         ]
 
@@ -286,25 +281,14 @@ class PostgresStore(PostgresEvents):
     async def _reap_rows(self, tx: Tx, rows: Sequence[Row], now: float, max_lost: int) -> None:
         changes, attempts, ended = [], [], []
         for run_id, attempt_id, state, lost, eta, job_id in rows:
-            new, message = lease_lost(RunState(state), lost, max_lost)
-            if new is RunState.QUEUED:
-                tx.nudges.add(RUNS_CHANNEL)
-            elif job_id is not None:
+            change, outcome = lease_lost(
+                run_id, attempt_id, RunState(state), lost, max_lost, eta, now
+            )
+            tx.nudges.update(wakeups(change.state))
+            if change.state.terminal and job_id is not None:
                 ended.append(job_id)
-            due = min(eta, now)
-            finished_at = now if new.terminal else None
-            changes.append(
-                (run_id, attempt_id, state, new.value, due, due, int(Lane.FRESH), 0, 1, finished_at)
-            )
-            error = ErrorInfo(type=LEASE_EXPIRED, message=message)
-            lost_attempt = Outcome(
-                run_id=run_id,
-                attempt_id=attempt_id,
-                outcome=AttemptOutcome.LOST,
-                error=error,
-                counts=False,
-            )
-            attempts.append(attempt_row(lost_attempt))
+            changes.append(lost_change(run_id, attempt_id, state, change))
+            attempts.append(attempt_row(outcome))
         await tx.queue(q.COMPLETE, finish_params(changes, attempts, now))
         ending = await jobs.after_triggers(tx, ended)
         await jobs.runs_ended(tx, ending, [], now, _insert_runs)
@@ -321,16 +305,13 @@ class PostgresStore(PostgresEvents):
             if not rows:
                 raise RunNotFoundError(f"no run has id {run_id}")
             old, job_id = RunState(rows[0][0]), rows[0][1]
-            if old not in sources(RunEvent.CANCEL):
-                raise InvalidTransitionError(f"run {run_id} is {old.value}; it cannot be cancelled")
-            new = transition(old, RunEvent.CANCEL)
+            new = cancel_state(run_id, old)
             if new is not old:
                 finished_at = now if new.terminal else None
                 params = {"new": new.value, "old": old.value, "id": run_id, "now": now}
                 await tx.queue(q.SET_STATE, {**params, "finished_at": finished_at})
-            if new is RunState.CANCELLING:
-                tx.nudges.add(CONTROL_CHANNEL)
-            elif job_id is not None:
+            tx.nudges.update(wakeups(new))
+            if new.terminal and job_id is not None:
                 ending = await jobs.after_triggers(tx, [job_id])
                 await jobs.runs_ended(tx, ending, [], now, _insert_runs)
         return new
@@ -343,7 +324,7 @@ class PostgresStore(PostgresEvents):
             else:
                 rows = await tx.rows(q.REQUEUE_IDS, {"now": now, "ids": list(run_ids)})
             if rows:
-                tx.nudges.add(RUNS_CHANNEL)
+                tx.nudges.update(wakeups(RunState.QUEUED))
         return sorted(row[0] for row in rows)
 
     # -- reads ---------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from ..model import Fire, Job, JobSpec, NewRun
 from ..triggers import trigger_from_spec
 from . import postgres_sql as q
 from .base import JOBS_CHANNEL, RUNS_CHANNEL
-from .common import job_run
+from .logic import job_run
 from .postgres_db import Database
 from .postgres_rows import arrays
 from .postgres_tx import Cursor, Tx

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ..errors import (
-    InvalidTransitionError,
     JobExistsError,
     JobNotFoundError,
     RunNotFoundError,
@@ -30,11 +29,9 @@ from ..model import (
     ClaimedRun,
     ClaimRequest,
     Deferred,
-    ErrorInfo,
     Fire,
     Job,
     JobSpec,
-    Lane,
     NewRun,
     Outcome,
     Run,
@@ -42,11 +39,21 @@ from ..model import (
     WorkerInfo,
     WorkerState,
 )
-from ..states import AttemptOutcome, RunEvent, RunState, sources, transition
+from ..states import RunState
 from . import sqlite_jobs
 from . import sqlite_sql as q
-from .base import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener
-from .common import LEASE_EXPIRED, finish, overlap_decisions
+from .base import JOBS_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener
+from .logic import (
+    Finish,
+    cancel_state,
+    finish,
+    holds_cancelling,
+    initial_state,
+    lease_lost,
+    overlap_decisions,
+    wakeups,
+    worker_state,
+)
 from .migrations import Migrated, SchemaVersions
 from .rows import attempt_from_row, job_from_row, job_params, run_from_row
 from .sqlite_db import Database, Inline, read_versions
@@ -176,7 +183,7 @@ class SQLiteStore(SqliteEvents):
             return []
         quick: Inline = "write" if len(runs) <= _INLINE_BATCH else ""
         result = await self._call(self._defer, runs, now, inline=quick)
-        await self.notify([RUNS_CHANNEL])
+        await self._nudge(set(wakeups(RunState.QUEUED)))
         return result
 
     def _defer(self, runs: Sequence[NewRun], now: float) -> list[Deferred]:
@@ -248,7 +255,7 @@ class SQLiteStore(SqliteEvents):
     def _overlap(
         self, conn: sqlite3.Connection, rows: list[Row], now: float, nudges: set[str]
     ) -> list[Row]:
-        """Apply job overlap policies (:func:`.common.overlap_decisions`) to picked rows;
+        """Apply job overlap policies (:func:`.logic.overlap_decisions`) to picked rows;
         ``queue`` runs whose key is busy were not even selected."""
         keys = {row[8] for row in rows if row[8] is not None}
         if not keys:
@@ -261,7 +268,7 @@ class SQLiteStore(SqliteEvents):
         for run_id in cancel:
             conn.execute(q.CANCEL_RUNNING, {"id": run_id, "now": now})
         if cancel:
-            nudges.add(CONTROL_CHANNEL)
+            nudges.update(wakeups(RunState.CANCELLING))
         if skipped:
             conn.executemany(q.SKIP_RUN, [{"id": run_id, "now": now} for run_id in skipped])
             self._jobs_runs_ended(conn, skipped, now, nudges)
@@ -326,25 +333,10 @@ class SQLiteStore(SqliteEvents):
                 done.append(False)
                 continue
             change = finish(RunState(row[2]), outcome, row[3], now)
-            # A retry changes the earliest due time that idle workers sleep towards, and runs
-            # queued behind a key wait for this one to end.
-            if change.state in (RunState.QUEUED, RunState.SCHEDULED) or row[5] is not None:
-                nudges.add(RUNS_CHANNEL)
+            nudges.update(wakeups(change.state, row[5]))
             if row[4] is not None and change.state.terminal:
                 ended_jobs.append(outcome.run_id)
-            runs.append(
-                {
-                    "run_id": outcome.run_id,
-                    "attempt_id": outcome.attempt_id,
-                    "state": change.state.value,
-                    "eta": change.eta,
-                    "lane": int(change.lane),
-                    "used": change.used,
-                    "lost": change.lost,
-                    "now": now,
-                    "finished_at": change.finished_at,
-                }
-            )
+            runs.append(_finish_params(outcome.run_id, outcome.attempt_id, change, now))
             attempts.append(_attempt_params(outcome, now))
             done.append(True)
         conn.executemany(q.FINISH_RUN, runs)
@@ -376,7 +368,9 @@ class SQLiteStore(SqliteEvents):
                 ).fetchall()
                 conn.execute(q.WORKER_SEEN, {"now": now, "worker": worker_id})
             return [
-                HeldAttempt(run_id=r[0], attempt_id=r[1], cancelling=r[2] == "cancelling")
+                HeldAttempt(
+                    run_id=r[0], attempt_id=r[1], cancelling=holds_cancelling(RunState(r[2]))
+                )
                 for r in rows
             ]
 
@@ -394,36 +388,14 @@ class SQLiteStore(SqliteEvents):
             rows = conn.execute(q.EXPIRED, {"now": now, "limit": _REAP_BATCH}).fetchall()
             runs, attempts, ended = [], [], []
             for run_id, attempt_id, state, lost, eta, job_id in rows:
-                new = transition(RunState(state), RunEvent.LOSE)
-                message = "the worker holding the lease stopped renewing it"
-                if new is RunState.QUEUED and lost + 1 >= max_lost:
-                    new = RunState.DEAD
-                    message += f"; lost {lost + 1} times, so the run is dead"
-                if new is RunState.QUEUED:
-                    nudges.add(RUNS_CHANNEL)
-                elif job_id is not None:
+                change, outcome = lease_lost(
+                    run_id, attempt_id, RunState(state), lost, max_lost, eta, now
+                )
+                nudges.update(wakeups(change.state))
+                if change.state.terminal and job_id is not None:
                     ended.append(run_id)
-                runs.append(
-                    {
-                        "run_id": run_id,
-                        "attempt_id": attempt_id,
-                        "state": new.value,
-                        "eta": min(eta, now),
-                        "lane": int(Lane.FRESH),
-                        "used": 0,
-                        "lost": 1,
-                        "now": now,
-                        "finished_at": now if new.terminal else None,
-                    }
-                )
-                lost_outcome = Outcome(
-                    run_id=run_id,
-                    attempt_id=attempt_id,
-                    outcome=AttemptOutcome.LOST,
-                    error=ErrorInfo(type=LEASE_EXPIRED, message=message),
-                    counts=False,
-                )
-                attempts.append(_attempt_params(lost_outcome, now))
+                runs.append(_finish_params(run_id, attempt_id, change, now))
+                attempts.append(_attempt_params(outcome, now))
             conn.executemany(q.FINISH_RUN, runs)
             conn.executemany(q.FINISH_ATTEMPT, attempts)
             self._jobs_runs_ended(conn, ended, now, nudges)
@@ -449,17 +421,12 @@ class SQLiteStore(SqliteEvents):
                 if row is None:
                     raise RunNotFoundError(f"no run has id {run_id}")
                 old = RunState(row[0])
-                if old not in sources(RunEvent.CANCEL):
-                    raise InvalidTransitionError(
-                        f"run {run_id} is {old.value}; it cannot be cancelled"
-                    )
-                new = transition(old, RunEvent.CANCEL)
+                new = cancel_state(run_id, old)
                 if new is not old:
                     finished = now if new.terminal else None
                     conn.execute(q.SET_STATE, (new.value, now, finished, run_id, old.value))
-                if new is RunState.CANCELLING:
-                    nudges.add(CONTROL_CHANNEL)
-                elif row[1] is not None:
+                nudges.update(wakeups(new))
+                if new.terminal and row[1] is not None:
                     self._jobs_runs_ended(conn, [run_id], now, nudges)
             return new, nudges
 
@@ -481,7 +448,7 @@ class SQLiteStore(SqliteEvents):
 
         ids = await self._call(requeue)
         if ids:
-            await self.notify([RUNS_CHANNEL])
+            await self._nudge(set(wakeups(RunState.QUEUED)))
         return ids
 
     # -- reads ---------------------------------------------------------------------------------
@@ -719,9 +686,7 @@ class SQLiteStore(SqliteEvents):
             by_owner.setdefault(owner, []).append(run_id)
         workers = []
         for row in rows:
-            state = WorkerState(row[9])
-            if state is not WorkerState.STOPPED and row[8] < now - lease_seconds:
-                state = WorkerState.LOST
+            state = worker_state(WorkerState(row[9]), row[8], now - lease_seconds)
             workers.append(
                 WorkerInfo(
                     id=row[0],
@@ -823,11 +788,10 @@ def _sequence(conn: sqlite3.Connection, table: str) -> int:
 
 
 def _run_row(run: NewRun, now: float) -> tuple[Any, ...]:
-    state = RunState.QUEUED if run.eta <= now else RunState.SCHEDULED
     return (
         run.task,
         run.queue,
-        state.value,
+        initial_state(run.eta, now).value,
         run.priority,
         run.eta,
         run.max_attempts,
@@ -842,6 +806,20 @@ def _run_row(run: NewRun, now: float) -> tuple[Any, ...]:
         now,
         now,
     )
+
+
+def _finish_params(run_id: int, attempt_id: int, change: Finish, now: float) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "attempt_id": attempt_id,
+        "state": change.state.value,
+        "eta": change.eta,
+        "lane": int(change.lane),
+        "used": change.used,
+        "lost": change.lost,
+        "now": now,
+        "finished_at": change.finished_at,
+    }
 
 
 def _attempt_params(outcome: Outcome, now: float) -> dict[str, Any]:

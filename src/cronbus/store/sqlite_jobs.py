@@ -15,7 +15,7 @@ from ..errors import JobNotFoundError
 from ..model import Deferred, Fire, Job, NewRun
 from ..states import RunState
 from ..triggers import trigger_from_spec
-from .common import job_run
+from .logic import job_run
 from .rows import JOB_COLUMNS, job_from_row
 
 SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ?"

@@ -98,21 +98,10 @@ class Lifecycle(Protocol):
 
 
 class Runs(Protocol):
-    """Runs: created, claimed, completed, cancelled, requeued and read."""
+    """Runs: created, cancelled, requeued and read."""
 
     async def defer(self, runs: Sequence[NewRun], now: float) -> list[Deferred]:
         """Create runs durably, in one transaction; a known idempotency key returns its run."""
-
-    async def claim(self, request: ClaimRequest, now: float) -> list[ClaimedRun]:
-        """Atomically move due runs to ``running`` under a lease, fairly over the queues."""
-
-    async def complete(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
-        """Record ended attempts; each is fenced by its attempt id (False: no longer held)."""
-
-    async def complete_and_claim(
-        self, outcomes: Sequence[Outcome], request: ClaimRequest, now: float
-    ) -> tuple[list[bool], list[ClaimedRun]]:
-        """:meth:`complete` then :meth:`claim`, in one transaction (a busy worker's loop)."""
 
     async def cancel(self, run_id: int, now: float) -> RunState:
         """Cancel a run: at once if it waits, via ``cancelling`` if it runs."""
@@ -140,7 +129,18 @@ class Runs(Protocol):
 
 
 class RunLeases(Protocol):
-    """Leases on running runs: renewed by their worker, reaped when they expire."""
+    """Leases on runs: taken by a claim, ended by a completion, renewed, reaped when expired."""
+
+    async def claim(self, request: ClaimRequest, now: float) -> list[ClaimedRun]:
+        """Atomically move due runs to ``running`` under a lease, fairly over the queues."""
+
+    async def complete(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
+        """Record ended attempts; each is fenced by its attempt id (False: no longer held)."""
+
+    async def complete_and_claim(
+        self, outcomes: Sequence[Outcome], request: ClaimRequest, now: float
+    ) -> tuple[list[bool], list[ClaimedRun]]:
+        """:meth:`complete` then :meth:`claim`, in one transaction (a busy worker's loop)."""
 
     async def heartbeat(
         self, worker_id: str, now: float, lease_seconds: float

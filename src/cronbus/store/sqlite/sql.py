@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..model import Overlap
-from ..states import ACTIVE, TRANSITIONS, RunEvent, RunState, sources, sql_in, sql_match
-from .rows import RUN_COLUMNS, RUN_FROM
+from ...model import Overlap
+from ...states import ACTIVE, TRANSITIONS, RunEvent, RunState, sources, sql_in, sql_match
+from ..rows import RUN_COLUMNS, RUN_FROM
 
 
 def _to(event: RunEvent) -> str:

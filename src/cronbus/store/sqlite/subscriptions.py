@@ -1,9 +1,4 @@
-"""The event bus in the SQLite store: topics, subscriptions, leases, cursors and deliveries.
-
-:class:`SqliteEvents` is the :class:`~cronbus.store.events_base.EventStore` half of
-:class:`~cronbus.store.sqlite.SQLiteStore`, built on its connection calls and write transactions.
-The work inside a transaction is done by the functions of :mod:`.sqlite_events_tx`, which take
-the connection (as in :mod:`.sqlite_jobs`); the SQL is named in :mod:`.sqlite_events_sql`.
+"""Subscriptions in the SQLite store: their definitions, leases, cursors and deliveries.
 
 Durability: what users are told has happened (a publish, a subscription's definition, a replay,
 a requeue) commits at the store's ``synchronous`` level, like a defer. A dispatcher's bookkeeping
@@ -24,149 +19,153 @@ Choices the contract leaves open:
 - A push that spends no attempt (rate limited, circuit open) leaves no attempt row: it updates
   the delivery's last status, error and response only. Attempt rows are numbered over the
   delivery's whole life, so a requeue (which resets the attempt budget) keeps its history.
-- ``max_events`` keeps the newest that many offsets; events that live deliveries need are kept
-  on top of them. An id is deduplicated while its event is kept.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
-import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
-from ..errors import DeliveryNotFoundError, InvalidArgumentError
-from ..events.records import (
-    Appended,
+from ...errors import DeliveryNotFoundError, InvalidArgumentError, SubscriptionNotFoundError
+from ...events.records import (
     Delivery,
     DeliveryAttempt,
     DeliveryFilter,
     DeliveryResult,
-    EventRecord,
     NewDelivery,
-    NewEvent,
     Subscription,
     SubscriptionLease,
     SubscriptionSpec,
-    TopicInfo,
 )
-from ..events.states import DeliveryState
-from . import sqlite_events_sql as q
-from .event_rows import attempt_from_row, delivery_from_row, event_from_row, subscription_from_row
-from .events_base import EVENTS_CHANNEL
-from .sqlite_events_tx import (
-    acquire_subscriptions,
-    advance,
-    append_events,
-    finish_deliveries,
-    get_subscription,
-    no_subscription,
-    offset_at,
-    take_deliveries,
-    topic_info,
-    trim_batch,
-    trim_cuts,
-)
+from ...events.states import DeliveryState
+from ..event_rows import attempt_from_row, delivery_from_row, subscription_from_row
+from ..ports import EVENTS_CHANNEL
+from . import events_sql as q
+from .connection import Connected, Inline
+from .rows import Row, delivery_attempt_params, delivery_finish_params
 
-if TYPE_CHECKING:
-    from .sqlite_db import Inline
-
-T = TypeVar("T")
-Row = tuple[Any, ...]
-_INLINE_BATCH = 16
-"""Appends of at most this many events may run on the event loop's thread."""
-_TRIM_BATCH = 2000
-"""Events examined per trim transaction, so a large trim never holds the write lock long."""
 _STARTS = ("latest", "earliest")
+_INLINE_BATCH = 16
+"""Advances of at most this many deliveries may run on the event loop's thread."""
 
 
-class SqliteEvents:
-    """The event bus methods of the SQLite store (a mixin of :class:`SQLiteStore`)."""
+def get_subscription(conn: sqlite3.Connection, name: str) -> Subscription:
+    """One subscription by name."""
+    row = conn.execute(q.GET_SUBSCRIPTION, (name,)).fetchone()
+    if row is None:
+        raise no_subscription(name)
+    return subscription_from_row(row)
 
-    if TYPE_CHECKING:
-        # Provided by SQLiteStore.
-        @property
-        def _db(self) -> sqlite3.Connection: ...
 
-        async def _call(self, fn: Callable[..., T], *args: Any, inline: Inline = "") -> T: ...
+def acquire_subscriptions(
+    conn: sqlite3.Connection, holder: str, now: float, expires: float, limit: int
+) -> list[SubscriptionLease]:
+    """Renew every lease of ``holder``, then take free or expired ones while below ``limit``.
 
-        def _write(
-            self, *, durable: bool = True, wake: bool | set[str] = False
-        ) -> contextlib.AbstractContextManager[sqlite3.Connection]: ...
-
-        async def notify(self, channels: Sequence[str]) -> None: ...
-
-    # -- topics and events ---------------------------------------------------------------------
-    async def append(self, topic: str, events: Sequence[NewEvent], now: float) -> list[Appended]:
-        """Append events durably in one transaction; a known id reports its stored offset."""
-        if not events:
-            return []
-
-        def apply() -> list[Appended]:
-            with self._write(wake=True) as conn:
-                return append_events(conn, topic, events, now)
-
-        quick: Inline = "write" if len(events) <= _INLINE_BATCH else ""
-        appended = await self._call(apply, inline=quick)
-        if any(a.created for a in appended):
-            await self.notify([EVENTS_CHANNEL])
-        return appended
-
-    async def read_events(self, topic: str, after: int, limit: int) -> list[EventRecord]:
-        """Events of ``topic`` above offset ``after``, in offset order."""
-        rows = await self._call(
-            lambda: self._db.execute(q.READ_EVENTS, (topic, after, limit)).fetchall(),
-            inline="read" if limit <= _INLINE_BATCH else "",
+    A takeover bumps the epoch, which fences the previous holder, and puts the deliveries it
+    had in flight back to pending (their pushes are lost: no attempt spent).
+    """
+    renewed = conn.execute(q.RENEW_SUBSCRIPTIONS, {"holder": holder, "expires": expires})
+    held = [(name, epoch) for name, epoch in renewed.fetchall()]
+    room = limit - len(held)
+    if room > 0:
+        params = {"holder": holder, "now": now, "limit": room}
+        ids = json.dumps([row[0] for row in conn.execute(q.FREE_SUBSCRIPTIONS, params)])
+        taken = conn.execute(
+            q.TAKE_SUBSCRIPTIONS, {"holder": holder, "expires": expires, "ids": ids}
         )
-        return [event_from_row(row) for row in rows]
+        held.extend(taken.fetchall())
+        conn.execute(q.LOSE_IN_FLIGHT, {"ids": ids, "now": now})
+    return [
+        SubscriptionLease(subscription=name, holder=holder, epoch=epoch, expires_at=expires)
+        for name, epoch in sorted(held)
+    ]
 
-    async def get_topic(self, topic: str) -> TopicInfo:
-        """A topic's offsets and retention (an unknown topic is empty, at offset 0)."""
-        return await self._call(topic_info, self._db, topic)
 
-    async def list_topics(self) -> list[TopicInfo]:
-        """Every topic with events or settings, by name."""
+def advance(
+    conn: sqlite3.Connection,
+    lease: SubscriptionLease,
+    cursor: int,
+    deliveries: Sequence[NewDelivery],
+    now: float,
+) -> bool:
+    """Record deliveries and move the cursor, if the lease still holds."""
+    fence = _fence(conn, lease)
+    if fence is None:
+        return False
+    sub_id, topic, _ = fence
+    rows = [(sub_id, topic, d.offset, d.event_id, d.key, now, now, now) for d in deliveries]
+    conn.executemany(q.INSERT_DELIVERY, rows)
+    conn.execute(q.SET_CURSOR, (cursor, now, sub_id))
+    return True
 
-        def read() -> list[TopicInfo]:
-            names = [row[0] for row in self._db.execute(q.TOPIC_NAMES)]
-            return [topic_info(self._db, name) for name in names]
 
-        return await self._call(read)
+def take_deliveries(
+    conn: sqlite3.Connection, lease: SubscriptionLease, now: float, fresh: int, retry: int
+) -> list[Delivery]:
+    """Pick due deliveries of each lane (the first of each key, if ordered) and send them."""
+    fence = _fence(conn, lease)
+    if fence is None:
+        return []
+    sub_id, _, ordered = fence
+    ids: list[int] = []
+    for sql, limit in ((q.TAKE_FRESH, fresh), (q.TAKE_RETRY, retry)):
+        if limit > 0:
+            params = {"sub": sub_id, "now": now, "ordered": ordered, "limit": limit}
+            ids.extend(row[0] for row in conn.execute(sql, params))
+    if not ids:
+        return []
+    chosen = json.dumps(ids)
+    conn.execute(q.SEND, {"ids": chosen, "now": now})
+    rows = conn.execute(q.DELIVERIES_WITH_EVENTS, (chosen,)).fetchall()
+    return [delivery_from_row(row, with_event=True) for row in rows]
 
-    async def set_retention(
-        self, topic: str, max_age: float | None, max_events: int | None
-    ) -> None:
-        """Keep events of ``topic`` at most ``max_age`` seconds and ``max_events`` (None: any)."""
 
-        def put() -> None:
-            with self._write() as conn:
-                conn.execute(q.SET_RETENTION, (topic, max_age, max_events, time.time()))
+def finish_deliveries(
+    conn: sqlite3.Connection,
+    lease: SubscriptionLease,
+    results: Sequence[DeliveryResult],
+    now: float,
+) -> list[bool]:
+    """Move each in-flight delivery of the lease's subscription to acked, retry or dead."""
+    fence = _fence(conn, lease)
+    if fence is None:
+        return [False] * len(results)
+    ids = json.dumps([r.delivery_id for r in results])
+    in_flight = {row[0] for row in conn.execute(q.IN_FLIGHT, (ids, fence[0]))}
+    done, changes, attempts = [], [], []
+    for result in results:
+        if result.delivery_id not in in_flight:
+            done.append(False)
+            continue
+        in_flight.discard(result.delivery_id)  # the same id twice: only the first counts
+        changes.append(delivery_finish_params(result, now))
+        if result.spend_attempt:
+            attempts.append(delivery_attempt_params(result))
+        done.append(True)
+    conn.executemany(q.FINISH, changes)
+    conn.executemany(q.INSERT_ATTEMPT, attempts)
+    return done
 
-        await self._call(put)
 
-    async def trim(self, now: float) -> int:
-        """Apply every topic's retention, in bounded batches (each its own transaction, so
-        publishers interleave); events of live deliveries stay. Returns how many were removed."""
-        cuts = await self._call(trim_cuts, self._db, now)
-        removed = 0
-        for topic, cut in cuts:
-            after: int | None = 0
-            while after is not None:
-                deleted, after = await self._call(self._trim_batch, topic, after, cut)
-                removed += deleted
-        return removed
+def _fence(conn: sqlite3.Connection, lease: SubscriptionLease) -> Row | None:
+    """The subscription's id, topic and ``ordered`` flag, if ``lease`` still holds it."""
+    params = (lease.subscription, lease.holder, lease.epoch)
+    row: Row | None = conn.execute(q.FENCE, params).fetchone()
+    return row
 
-    def _trim_batch(self, topic: str, after: int, cut: int) -> tuple[int, int | None]:
-        with self._write(durable=False) as conn:
-            return trim_batch(conn, topic, after, cut)
 
-    async def offset_at(self, topic: str, when: float) -> int:
-        """The offset of the last event of ``topic`` published before ``when`` (0: none)."""
-        return await self._call(offset_at, self._db, topic, when, inline="read")
+def no_subscription(name: str) -> SubscriptionNotFoundError:
+    """The error for an unknown subscription name."""
+    return SubscriptionNotFoundError(f"no subscription named {name!r}")
 
-    # -- subscriptions -------------------------------------------------------------------------
+
+class SqliteSubscriptions(Connected):
+    """The subscriptions and subscription leases roles (:class:`~cronbus.store.ports.Subscriptions`,
+    :class:`~cronbus.store.ports.SubscriptionLeases`) of the SQLite store."""
+
     async def put_subscription(self, spec: SubscriptionSpec, now: float) -> Subscription:
         """Create or replace a subscription's definition; cursor, lease and state are kept."""
         if spec.start not in _STARTS:
@@ -238,7 +237,6 @@ class SqliteEvents:
         await self.notify([EVENTS_CHANNEL])
         return subscription
 
-    # -- pushers: leases -----------------------------------------------------------------------
     async def acquire_subscriptions(
         self, holder: str, now: float, lease_seconds: float, limit: int
     ) -> list[SubscriptionLease]:
@@ -261,7 +259,6 @@ class SqliteEvents:
 
         await self._call(release, inline="write")
 
-    # -- cursors and deliveries (fenced by the lease) ------------------------------------------
     async def advance(
         self,
         lease: SubscriptionLease,

@@ -10,10 +10,11 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ..model import ClaimedRun, NewRun, Outcome, WorkerInfo, WorkerState
-from ..states import ACTIVE, AttemptOutcome, RunState
-from .logic import Finish, finish, initial_state, worker_state
-from .postgres_tx import Row
+from ...model import ClaimedRun, NewRun, Outcome, WorkerInfo, WorkerState
+from ...states import ACTIVE, AttemptOutcome, RunState
+from ..logic import Finish, finish, initial_state, worker_state
+from . import sql as q
+from .connection import Cursor, Row, Tx
 
 
 # -- claims and completions ------------------------------------------------------------------------
@@ -246,3 +247,10 @@ def worker_from_row(row: Row, silent_since: float) -> WorkerInfo:
         state=state,
         running=tuple(row[10]),
     )
+
+
+async def insert_runs(tx: Tx, runs: Sequence[NewRun], now: float) -> Cursor:
+    """Queue the insert of new runs with their payloads (a known key returns its run)."""
+    keyed = any(run.idempotency_key is not None or run.job_id is not None for run in runs)
+    query = q.INSERT_KEYED_RUNS if keyed else q.INSERT_RUNS
+    return await tx.queue(query, run_params(runs, now))

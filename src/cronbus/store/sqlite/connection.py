@@ -28,6 +28,7 @@ from ..wake import WakeHub
 from . import sql as q
 
 T = TypeVar("T")
+Row = tuple[Any, ...]
 Inline = Literal["", "read", "write"]
 log = logging.getLogger("cronbus.store")
 MEMORY = ":memory:"
@@ -352,6 +353,32 @@ class Connected:
         with self._database.write(durable=durable, before_commit=before_commit) as conn:
             yield conn
 
+    async def _transact(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        durable: bool = True,
+        wake: bool | set[str] = False,
+        inline: Inline = "",
+    ) -> T:
+        """``fn(conn, *args)`` in one write transaction (see :meth:`_write`), on the
+        connection's thread (see :meth:`Database.call`)."""
+        return await self._call(self._in_transaction, fn, args, durable, wake, inline=inline)
+
+    def _in_transaction(
+        self, fn: Callable[..., T], args: Sequence[Any], durable: bool, wake: bool | set[str]
+    ) -> T:
+        with self._write(durable=durable, wake=wake) as conn:
+            return fn(conn, *args)
+
+    async def _rows(self, sql: str, params: Any = (), *, inline: Inline = "") -> list[Row]:
+        """The rows of one read statement."""
+        return await self._call(fetch_all, self._db, sql, params, inline=inline)
+
+    async def _one(self, sql: str, params: Any = (), *, inline: Inline = "") -> Row | None:
+        """The first row of one read statement, if any."""
+        return await self._call(fetch_one, self._db, sql, params, inline=inline)
+
     async def _nudge(self, channels: set[str]) -> None:
         if channels:
             await self.notify(sorted(channels))
@@ -364,3 +391,24 @@ class Connected:
 def read_wakeups(conn: sqlite3.Connection) -> list[tuple[str, frozenset[str]]]:
     """The registered wake-up sockets and the channels each listens to."""
     return [(a, frozenset(c.split(","))) for a, c in conn.execute(q.LIST_WAKEUPS)]
+
+
+def fetch_all(conn: sqlite3.Connection, sql: str, params: Any = ()) -> list[Row]:
+    """The rows of one statement."""
+    return conn.execute(sql, params).fetchall()
+
+
+def fetch_one(conn: sqlite3.Connection, sql: str, params: Any = ()) -> Row | None:
+    """The first row of one statement, if any."""
+    row: Row | None = conn.execute(sql, params).fetchone()
+    return row
+
+
+def execute(conn: sqlite3.Connection, sql: str, params: Any = ()) -> int:
+    """Run one statement; how many rows it changed."""
+    return conn.execute(sql, params).rowcount
+
+
+def execute_many(conn: sqlite3.Connection, sql: str, rows: Any) -> None:
+    """Run one statement for each of ``rows``."""
+    conn.executemany(sql, rows)

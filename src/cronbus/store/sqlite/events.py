@@ -16,7 +16,7 @@ from ...events.records import Appended, EventRecord, NewEvent, TopicInfo
 from ..event_rows import event_from_row
 from ..ports import EVENTS_CHANNEL
 from . import events_sql as q
-from .connection import Connected, Inline
+from .connection import Connected, Inline, execute
 from .rows import Row
 
 _INLINE_BATCH = 16
@@ -115,6 +115,10 @@ def trim_batch(
     return len(doomed), (rows[-1][0] if len(rows) == _TRIM_BATCH else None)
 
 
+def _topics(conn: sqlite3.Connection) -> list[TopicInfo]:
+    return [topic_info(conn, name) for (name,) in conn.execute(q.TOPIC_NAMES).fetchall()]
+
+
 class SqliteEvents(Connected):
     """The events role (:class:`~cronbus.store.ports.Events`) of the SQLite store."""
 
@@ -122,23 +126,16 @@ class SqliteEvents(Connected):
         """Append events durably in one transaction; a known id reports its stored offset."""
         if not events:
             return []
-
-        def apply() -> list[Appended]:
-            with self._write(wake=True) as conn:
-                return append_events(conn, topic, events, now)
-
         quick: Inline = "write" if len(events) <= _INLINE_BATCH else ""
-        appended = await self._call(apply, inline=quick)
+        appended = await self._transact(append_events, topic, events, now, wake=True, inline=quick)
         if any(a.created for a in appended):
             await self.notify([EVENTS_CHANNEL])
         return appended
 
     async def read_events(self, topic: str, after: int, limit: int) -> list[EventRecord]:
         """Events of ``topic`` above offset ``after``, in offset order."""
-        rows = await self._call(
-            lambda: self._db.execute(q.READ_EVENTS, (topic, after, limit)).fetchall(),
-            inline="read" if limit <= _INLINE_BATCH else "",
-        )
+        quick: Inline = "read" if limit <= _INLINE_BATCH else ""
+        rows = await self._rows(q.READ_EVENTS, (topic, after, limit), inline=quick)
         return [event_from_row(row) for row in rows]
 
     async def get_topic(self, topic: str) -> TopicInfo:
@@ -147,23 +144,14 @@ class SqliteEvents(Connected):
 
     async def list_topics(self) -> list[TopicInfo]:
         """Every topic with events or settings, by name."""
-
-        def read() -> list[TopicInfo]:
-            names = [row[0] for row in self._db.execute(q.TOPIC_NAMES)]
-            return [topic_info(self._db, name) for name in names]
-
-        return await self._call(read)
+        return await self._call(_topics, self._db)
 
     async def set_retention(
         self, topic: str, max_age: float | None, max_events: int | None
     ) -> None:
         """Keep events of ``topic`` at most ``max_age`` seconds and ``max_events`` (None: any)."""
-
-        def put() -> None:
-            with self._write() as conn:
-                conn.execute(q.SET_RETENTION, (topic, max_age, max_events, time.time()))
-
-        await self._call(put)
+        params = (topic, max_age, max_events, time.time())
+        await self._transact(execute, q.SET_RETENTION, params)
 
     async def trim(self, now: float) -> int:
         """Apply every topic's retention, in bounded batches (each its own transaction, so
@@ -173,13 +161,9 @@ class SqliteEvents(Connected):
         for topic, cut in cuts:
             after: int | None = 0
             while after is not None:
-                deleted, after = await self._call(self._trim_batch, topic, after, cut)
+                deleted, after = await self._transact(trim_batch, topic, after, cut, durable=False)
                 removed += deleted
         return removed
-
-    def _trim_batch(self, topic: str, after: int, cut: int) -> tuple[int, int | None]:
-        with self._write(durable=False) as conn:
-            return trim_batch(conn, topic, after, cut)
 
     async def offset_at(self, topic: str, when: float) -> int:
         """The offset of the last event of ``topic`` published before ``when`` (0: none)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ...errors import JobExistsError, JobNotFoundError
 from ...model import Deferred, Fire, Job, JobSpec, NewRun
@@ -20,7 +21,7 @@ from ..ports import JOBS_CHANNEL, RUNS_CHANNEL
 from ..rows import job_from_row, job_params
 from . import jobs_sql as jq
 from . import sql as q
-from .connection import Connected
+from .connection import Connected, Inline, execute_many, fetch_all
 from .rows import insert_runs
 
 InsertRuns = Callable[[sqlite3.Connection, Sequence[NewRun], float], list[Deferred]]
@@ -104,6 +105,28 @@ def jobs_runs_ended(
         nudges.update((JOBS_CHANNEL, RUNS_CHANNEL))
 
 
+def _put_job(conn: sqlite3.Connection, query: str, params: dict[str, Any], name: str) -> Job:
+    if conn.execute(query, params).rowcount == 0:
+        raise JobExistsError(f"a job named {name!r} exists; use update")
+    return get_job(conn, name)
+
+
+def _set_paused(conn: sqlite3.Connection, name: str, params: tuple[Any, ...]) -> Job:
+    get_job(conn, name)
+    conn.execute(jq.SET_PAUSED, params)
+    return get_job(conn, name)
+
+
+def _delete_job(conn: sqlite3.Connection, name: str) -> None:
+    if conn.execute(jq.DELETE, (name,)).fetchone() is None:
+        raise JobNotFoundError(f"no job named {name!r}")
+
+
+def _put_calendar(conn: sqlite3.Connection, name: str, days: Sequence[str]) -> None:
+    conn.execute(jq.CLEAR_CALENDAR, (name,))
+    conn.executemany(jq.PUT_DAY, [(name, day) for day in days])
+
+
 class SqliteJobs(Connected):
     """The jobs role (:class:`~cronbus.store.ports.Jobs`) of the SQLite store."""
 
@@ -112,14 +135,8 @@ class SqliteJobs(Connected):
     ) -> Job:
         """Create or replace the job named ``spec.name`` (with ``create``: only create it)."""
         query = jq.INSERT_JOB if create else jq.UPSERT_JOB
-
-        def put() -> Job:
-            with self._write(wake=True) as conn:
-                if conn.execute(query, job_params(spec, next_fire_at, now)).rowcount == 0:
-                    raise JobExistsError(f"a job named {spec.name!r} exists; use update")
-                return get_job(conn, spec.name)
-
-        job = await self._call(put)
+        params = job_params(spec, next_fire_at, now)
+        job = await self._transact(_put_job, query, params, spec.name, wake=True)
         await self.notify([JOBS_CHANNEL])
         return job
 
@@ -128,12 +145,7 @@ class SqliteJobs(Connected):
         rows = [job_params(spec, following, now) for spec, following in jobs]
         if not rows:
             return
-
-        def put() -> None:
-            with self._write(wake=True) as conn:
-                conn.executemany(jq.UPSERT_JOB, rows)
-
-        await self._call(put)
+        await self._transact(execute_many, jq.UPSERT_JOB, rows, wake=True)
         await self.notify([JOBS_CHANNEL])
 
     async def get_job(self, name: str) -> Job:
@@ -142,85 +154,55 @@ class SqliteJobs(Connected):
 
     async def list_jobs(self) -> list[Job]:
         """Every job, by name."""
-        rows = await self._call(lambda: self._db.execute(jq.LIST_JOBS).fetchall())
+        rows = await self._rows(jq.LIST_JOBS)
         return [job_from_row(row) for row in rows]
 
     async def set_job_paused(
         self, name: str, paused: bool, next_fire_at: float | None, now: float
     ) -> Job:
         """Pause a job, or resume it with its next fire planned anew."""
-
-        def update() -> Job:
-            with self._write(wake=True) as conn:
-                get_job(conn, name)
-                conn.execute(jq.SET_PAUSED, (int(paused), next_fire_at, now, name))
-                return get_job(conn, name)
-
-        job = await self._call(update)
+        params = (int(paused), next_fire_at, now, name)
+        job = await self._transact(_set_paused, name, params, wake=True)
         await self.notify([JOBS_CHANNEL])
         return job
 
     async def disable_jobs(self, names: Sequence[str], now: float) -> list[str]:
         """Stop jobs removed from the code from firing; they are kept."""
-
-        def disable() -> list[str]:
-            with self._write() as conn:
-                rows = conn.execute(jq.DISABLE, (now, json.dumps(list(names))))
-                return sorted(r[0] for r in rows)
-
-        return await self._call(disable)
+        rows = await self._transact(fetch_all, jq.DISABLE, (now, json.dumps(list(names))))
+        return sorted(r[0] for r in rows)
 
     async def delete_job(self, name: str) -> None:
         """Delete a job; its runs stay."""
-
-        def delete() -> None:
-            with self._write() as conn:
-                if conn.execute(jq.DELETE, (name,)).fetchone() is None:
-                    raise JobNotFoundError(f"no job named {name!r}")
-
-        await self._call(delete)
+        await self._transact(_delete_job, name)
 
     async def due_jobs(self, until: float, limit: int) -> list[Job]:
         """Active jobs due by ``until``, earliest first (through the ``jobs_due`` index)."""
-        rows = await self._call(
-            lambda: self._db.execute(jq.DUE_JOBS, (until, limit)).fetchall(),
-            inline="read",
-        )
+        rows = await self._rows(jq.DUE_JOBS, (until, limit), inline="read")
         return [job_from_row(row) for row in rows]
 
     async def fire(self, fires: Sequence[Fire], now: float) -> list[bool]:
         """Apply fires in one transaction, each by compare-and-set of its job's next fire."""
         if not fires:
             return []
-
-        def apply() -> list[bool]:
-            with self._write(wake=True) as conn:
-                return fire(conn, fires, now, insert_runs)
-
-        done = await self._call(apply, inline="write" if len(fires) <= _INLINE_BATCH else "")
+        quick: Inline = "write" if len(fires) <= _INLINE_BATCH else ""
+        done = await self._transact(fire, fires, now, insert_runs, wake=True, inline=quick)
         if any(done):
             await self.notify([RUNS_CHANNEL])
         return done
 
     async def next_job_fire(self) -> float | None:
         """The earliest planned fire of any active job."""
-        row = await self._call(lambda: self._db.execute(jq.NEXT_FIRE).fetchone(), inline="read")
+        row = await self._one(jq.NEXT_FIRE, inline="read")
         return None if row is None or row[0] is None else float(row[0])
 
     async def put_calendar(self, name: str, days: Sequence[str]) -> None:
         """Replace the dates of a named calendar."""
-
-        def put() -> None:
-            with self._write() as conn:
-                conn.execute(jq.CLEAR_CALENDAR, (name,))
-                conn.executemany(jq.PUT_DAY, [(name, day) for day in days])
-
-        await self._call(put)
+        await self._transact(_put_calendar, name, days)
         await self.notify([JOBS_CHANNEL])
 
     async def get_calendars(self) -> dict[str, frozenset[str]]:
         """Every calendar, with its dates."""
-        rows = await self._call(lambda: self._db.execute(jq.CALENDARS).fetchall())
+        rows = await self._rows(jq.CALENDARS)
         calendars: dict[str, set[str]] = {}
         for name, day in rows:
             calendars.setdefault(name, set()).add(day)

@@ -17,7 +17,7 @@ from ...states import RunState
 from ..logic import finish, holds_cancelling, lease_lost, overlap_decisions, wakeups
 from ..ports import HeldAttempt
 from . import sql as q
-from .connection import Connected
+from .connection import Connected, execute
 from .jobs import jobs_runs_ended
 from .rows import Row, attempt_params, finish_params, sequence
 
@@ -40,16 +40,25 @@ class SqliteLeases(Connected):
         wants = request.limit > 0 and bool(request.queues)
         if not outcomes and not wants:
             return [], []
-
-        def exchange() -> tuple[list[bool], list[ClaimedRun], set[str]]:
-            nudges: set[str] = set()
-            with self._write(durable=False, wake=nudges) as conn:
-                done = self._complete_in(conn, outcomes, now, nudges)
-                claimed = self._claim_in(conn, request, now, nudges) if wants else []
-            return done, claimed, nudges
-
-        done, claimed, nudges = await self._call(exchange, inline="write")
+        nudges: set[str] = set()
+        exchange = self._exchange
+        done, claimed = await self._transact(
+            exchange, outcomes, request, now, nudges, durable=False, wake=nudges, inline="write"
+        )
         await self._nudge(nudges)
+        return done, claimed
+
+    def _exchange(
+        self,
+        conn: sqlite3.Connection,
+        outcomes: Sequence[Outcome],
+        request: ClaimRequest,
+        now: float,
+        nudges: set[str],
+    ) -> tuple[list[bool], list[ClaimedRun]]:
+        done = self._complete_in(conn, outcomes, now, nudges)
+        wants = request.limit > 0 and bool(request.queues)
+        claimed = self._claim_in(conn, request, now, nudges) if wants else []
         return done, claimed
 
     def _claim_in(
@@ -184,52 +193,44 @@ class SqliteLeases(Connected):
         self, worker_id: str, now: float, lease_seconds: float
     ) -> list[HeldAttempt]:
         """Renew every lease the worker holds, in one statement."""
-
-        def beat() -> list[HeldAttempt]:
-            with self._write(durable=False) as conn:
-                rows = conn.execute(
-                    q.RENEW_LEASES, {"expires": now + lease_seconds, "worker": worker_id}
-                ).fetchall()
-                conn.execute(q.WORKER_SEEN, {"now": now, "worker": worker_id})
-            return [
-                HeldAttempt(
-                    run_id=r[0], attempt_id=r[1], cancelling=holds_cancelling(RunState(r[2]))
-                )
-                for r in rows
-            ]
-
-        return await self._call(beat, inline="write")
+        expires = now + lease_seconds
+        rows = await self._transact(_beat, worker_id, now, expires, durable=False, inline="write")
+        return [
+            HeldAttempt(run_id=r[0], attempt_id=r[1], cancelling=holds_cancelling(RunState(r[2])))
+            for r in rows
+        ]
 
     async def reap(self, now: float, max_lost: int) -> list[int]:
         """Requeue the runs of expired leases; a run lost ``max_lost`` times becomes dead."""
-        reaped, nudges = await self._call(self._reap, now, max_lost)
+        nudges: set[str] = set()
+        reaped = await self._transact(_reap, now, max_lost, nudges, durable=False, wake=nudges)
         await self._nudge(nudges)
         return reaped
 
-    def _reap(self, now: float, max_lost: int) -> tuple[list[int], set[str]]:
-        nudges: set[str] = set()
-        with self._write(durable=False, wake=nudges) as conn:
-            rows = conn.execute(q.EXPIRED, {"now": now, "limit": _REAP_BATCH}).fetchall()
-            runs, attempts, ended = [], [], []
-            for run_id, attempt_id, state, lost, eta, job_id in rows:
-                change, outcome = lease_lost(
-                    run_id, attempt_id, RunState(state), lost, max_lost, eta, now
-                )
-                nudges.update(wakeups(change.state))
-                if change.state.terminal and job_id is not None:
-                    ended.append(run_id)
-                runs.append(finish_params(run_id, attempt_id, change, now))
-                attempts.append(attempt_params(outcome, now))
-            conn.executemany(q.FINISH_RUN, runs)
-            conn.executemany(q.FINISH_ATTEMPT, attempts)
-            jobs_runs_ended(conn, ended, now, nudges)
-        return [r[0] for r in rows], nudges
-
     async def age_retries(self, now: float, after: float) -> int:
         """Promote retries that waited ``after`` seconds to the fresh lane."""
+        return await self._transact(execute, q.AGE_RETRIES, {"cutoff": now - after}, durable=False)
 
-        def age() -> int:
-            with self._write(durable=False) as conn:
-                return conn.execute(q.AGE_RETRIES, {"cutoff": now - after}).rowcount
 
-        return await self._call(age)
+def _beat(conn: sqlite3.Connection, worker_id: str, now: float, expires: float) -> list[Row]:
+    """Renew the worker's leases and registry entry; the attempts it holds."""
+    rows = conn.execute(q.RENEW_LEASES, {"expires": expires, "worker": worker_id}).fetchall()
+    conn.execute(q.WORKER_SEEN, {"now": now, "worker": worker_id})
+    return rows
+
+
+def _reap(conn: sqlite3.Connection, now: float, max_lost: int, nudges: set[str]) -> list[int]:
+    """End the attempts of expired leases (see :func:`~cronbus.store.logic.lease_lost`)."""
+    rows = conn.execute(q.EXPIRED, {"now": now, "limit": _REAP_BATCH}).fetchall()
+    runs, attempts, ended = [], [], []
+    for run_id, attempt_id, state, lost, eta, job_id in rows:
+        change, outcome = lease_lost(run_id, attempt_id, RunState(state), lost, max_lost, eta, now)
+        nudges.update(wakeups(change.state))
+        if change.state.terminal and job_id is not None:
+            ended.append(run_id)
+        runs.append(finish_params(run_id, attempt_id, change, now))
+        attempts.append(attempt_params(outcome, now))
+    conn.executemany(q.FINISH_RUN, runs)
+    conn.executemany(q.FINISH_ATTEMPT, attempts)
+    jobs_runs_ended(conn, ended, now, nudges)
+    return [r[0] for r in rows]

@@ -80,18 +80,14 @@ class SQLiteStore(
             return
         if self._hub.bound:
             with contextlib.suppress(Exception):
-                await self._call(self._forget_wakeup)
+                await self._forget_wakeup()
         self._hub.close()
         await self._database.close()
 
     async def schema_version(self) -> int:
         """The newest migration applied."""
-
-        def read() -> int:
-            (version,) = self._db.execute("SELECT max(version) FROM cronbus_migrations").fetchone()
-            return int(version or 0)
-
-        return await self._call(read)
+        row = await self._one("SELECT max(version) FROM cronbus_migrations")
+        return int(row[0] or 0) if row is not None else 0
 
     async def schema_versions(self) -> SchemaVersions:
         """The schema's version and the newest this cronbus knows; works on a closed store."""

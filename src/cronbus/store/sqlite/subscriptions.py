@@ -43,7 +43,7 @@ from ...events.states import DeliveryState
 from ..event_rows import attempt_from_row, delivery_from_row, subscription_from_row
 from ..ports import EVENTS_CHANNEL
 from . import events_sql as q
-from .connection import Connected, Inline
+from .connection import Connected, Inline, execute, fetch_all
 from .rows import Row, delivery_attempt_params, delivery_finish_params
 
 _STARTS = ("latest", "earliest")
@@ -162,6 +162,36 @@ def no_subscription(name: str) -> SubscriptionNotFoundError:
     return SubscriptionNotFoundError(f"no subscription named {name!r}")
 
 
+def _put_subscription(conn: sqlite3.Connection, spec: SubscriptionSpec, now: float) -> Subscription:
+    row = conn.execute(q.TOPIC_LAST_OFFSET, (spec.topic,)).fetchone()
+    cursor = row[0] if row is not None and spec.start == "latest" else 0
+    conn.execute(q.UPSERT_SUBSCRIPTION, q.subscription_params(spec, cursor, now))
+    return get_subscription(conn, spec.name)
+
+
+def _updated(conn: sqlite3.Connection, sql: str, params: Any, name: str) -> Subscription:
+    """Change the subscription ``name`` by ``sql`` and read it back."""
+    if conn.execute(sql, params).rowcount == 0:
+        raise no_subscription(name)
+    return get_subscription(conn, name)
+
+
+def _delete_subscription(conn: sqlite3.Connection, name: str) -> None:
+    row = conn.execute(q.DELETE_SUBSCRIPTION, (name,)).fetchone()
+    if row is None:
+        raise no_subscription(name)
+    conn.execute(q.DELETE_SUBSCRIPTION_ATTEMPTS, (row[0],))
+    conn.execute(q.DELETE_SUBSCRIPTION_DELIVERIES, (row[0],))
+
+
+def _next_due(conn: sqlite3.Connection, subscription: str) -> float | None:
+    row = conn.execute(q.SUBSCRIPTION_ID, (subscription,)).fetchone()
+    if row is None:
+        return None
+    (due,) = conn.execute(q.NEXT_DUE, {"sub": row[0]}).fetchone()
+    return None if due is None else float(due)
+
+
 class SqliteSubscriptions(Connected):
     """The subscriptions and subscription leases roles (:class:`~cronbus.store.ports.Subscriptions`,
     :class:`~cronbus.store.ports.SubscriptionLeases`) of the SQLite store."""
@@ -172,16 +202,8 @@ class SqliteSubscriptions(Connected):
             raise InvalidArgumentError(
                 f"a subscription starts at 'latest' or 'earliest', not {spec.start!r}"
             )
-
-        def put() -> Subscription:
-            with self._write() as conn:
-                row = conn.execute(q.TOPIC_LAST_OFFSET, (spec.topic,)).fetchone()
-                cursor = row[0] if row is not None and spec.start == "latest" else 0
-                conn.execute(q.UPSERT_SUBSCRIPTION, q.subscription_params(spec, cursor, now))
-                return get_subscription(conn, spec.name)
-
         # Dispatchers are told of changed subscriptions by the bus (SUBSCRIPTIONS_CHANNEL).
-        return await self._call(put)
+        return await self._transact(_put_subscription, spec, now)
 
     async def get_subscription(self, name: str) -> Subscription:
         """One subscription, or :class:`~cronbus.errors.SubscriptionNotFoundError`."""
@@ -189,51 +211,28 @@ class SqliteSubscriptions(Connected):
 
     async def list_subscriptions(self, topic: str | None = None) -> list[Subscription]:
         """Every subscription (of ``topic``), by name."""
-
-        def read() -> list[Row]:
-            if topic is None:
-                return self._db.execute(q.LIST_SUBSCRIPTIONS).fetchall()
-            return self._db.execute(q.LIST_TOPIC_SUBSCRIPTIONS, (topic,)).fetchall()
-
-        return [subscription_from_row(row) for row in await self._call(read)]
+        if topic is None:
+            rows = await self._rows(q.LIST_SUBSCRIPTIONS)
+        else:
+            rows = await self._rows(q.LIST_TOPIC_SUBSCRIPTIONS, (topic,))
+        return [subscription_from_row(row) for row in rows]
 
     async def set_subscription_paused(
         self, name: str, paused: bool, reason: str | None, now: float
     ) -> Subscription:
         """Pause (dropping the lease, which fences its holder) or resume a subscription."""
         params = {"name": name, "paused": int(paused), "reason": reason, "now": now}
-
-        def update() -> Subscription:
-            with self._write() as conn:
-                if conn.execute(q.SET_PAUSED, params).rowcount == 0:
-                    raise no_subscription(name)
-                return get_subscription(conn, name)
-
-        return await self._call(update, inline="write")
+        return await self._transact(_updated, q.SET_PAUSED, params, name, inline="write")
 
     async def delete_subscription(self, name: str) -> None:
         """Delete a subscription with its deliveries and their attempts."""
-
-        def delete() -> None:
-            with self._write() as conn:
-                row = conn.execute(q.DELETE_SUBSCRIPTION, (name,)).fetchone()
-                if row is None:
-                    raise no_subscription(name)
-                conn.execute(q.DELETE_SUBSCRIPTION_ATTEMPTS, (row[0],))
-                conn.execute(q.DELETE_SUBSCRIPTION_DELIVERIES, (row[0],))
-
-        await self._call(delete)
+        await self._transact(_delete_subscription, name)
 
     async def replay(self, name: str, after: int, now: float) -> Subscription:
         """Move the cursor to ``after``; its holder matches the events above it again."""
-
-        def update() -> Subscription:
-            with self._write(wake=True) as conn:
-                if conn.execute(q.REPLAY, (after, now, name)).rowcount == 0:
-                    raise no_subscription(name)
-                return get_subscription(conn, name)
-
-        subscription = await self._call(update, inline="write")
+        subscription = await self._transact(
+            _updated, q.REPLAY, (after, now, name), name, wake=True, inline="write"
+        )
         await self.notify([EVENTS_CHANNEL])
         return subscription
 
@@ -241,23 +240,19 @@ class SqliteSubscriptions(Connected):
         self, holder: str, now: float, lease_seconds: float, limit: int
     ) -> list[SubscriptionLease]:
         """Renew ``holder``'s leases, take free or expired ones up to ``limit`` in all."""
-
-        def acquire() -> list[SubscriptionLease]:
-            with self._write(durable=False) as conn:
-                return acquire_subscriptions(conn, holder, now, now + lease_seconds, limit)
-
-        return await self._call(acquire, inline="write")
+        expires = now + lease_seconds
+        return await self._transact(
+            acquire_subscriptions, holder, now, expires, limit, durable=False, inline="write"
+        )
 
     async def release_subscriptions(self, holder: str, names: Sequence[str]) -> None:
         """Give up leases, so other dispatchers take them at once (bumping the epoch)."""
         if not names:
             return
-
-        def release() -> None:
-            with self._write(durable=False) as conn:
-                conn.execute(q.RELEASE_SUBSCRIPTIONS, (holder, json.dumps(list(names))))
-
-        await self._call(release, inline="write")
+        params = (holder, json.dumps(list(names)))
+        await self._transact(
+            execute, q.RELEASE_SUBSCRIPTIONS, params, durable=False, inline="write"
+        )
 
     async def advance(
         self,
@@ -268,13 +263,10 @@ class SqliteSubscriptions(Connected):
     ) -> bool:
         """Record ``deliveries`` (pending, due now) and move the cursor, in one transaction;
         False (nothing done) when the lease is no longer held."""
-
-        def apply() -> bool:
-            with self._write(durable=False) as conn:
-                return advance(conn, lease, cursor, deliveries, now)
-
         quick: Inline = "write" if len(deliveries) <= _INLINE_BATCH else ""
-        return await self._call(apply, inline=quick)
+        return await self._transact(
+            advance, lease, cursor, deliveries, now, durable=False, inline=quick
+        )
 
     async def take_deliveries(
         self, lease: SubscriptionLease, now: float, fresh: int, retry: int
@@ -282,12 +274,9 @@ class SqliteSubscriptions(Connected):
         """Move due deliveries of both lanes in flight and return them with their events."""
         if fresh <= 0 and retry <= 0:
             return []
-
-        def take() -> list[Delivery]:
-            with self._write(durable=False) as conn:
-                return take_deliveries(conn, lease, now, fresh, retry)
-
-        return await self._call(take, inline="write")
+        return await self._transact(
+            take_deliveries, lease, now, fresh, retry, durable=False, inline="write"
+        )
 
     async def finish_deliveries(
         self, lease: SubscriptionLease, results: Sequence[DeliveryResult], now: float
@@ -295,30 +284,17 @@ class SqliteSubscriptions(Connected):
         """Record ended pushes; each False if the lease is lost or the delivery not in flight."""
         if not results:
             return []
-
-        def finish() -> list[bool]:
-            with self._write(durable=False) as conn:
-                return finish_deliveries(conn, lease, results, now)
-
-        return await self._call(finish, inline="write")
+        return await self._transact(
+            finish_deliveries, lease, results, now, durable=False, inline="write"
+        )
 
     async def next_delivery_due(self, subscription: str) -> float | None:
         """When the earliest pending or retry delivery of ``subscription`` is due."""
-
-        def read() -> float | None:
-            row = self._db.execute(q.SUBSCRIPTION_ID, (subscription,)).fetchone()
-            if row is None:
-                return None
-            (due,) = self._db.execute(q.NEXT_DUE, {"sub": row[0]}).fetchone()
-            return None if due is None else float(due)
-
-        return await self._call(read, inline="read")
+        return await self._call(_next_due, self._db, subscription, inline="read")
 
     async def get_delivery(self, delivery_id: int) -> Delivery:
         """One delivery with its event, or :class:`~cronbus.errors.DeliveryNotFoundError`."""
-        row = await self._call(
-            lambda: self._db.execute(q.GET_DELIVERY, (delivery_id,)).fetchone(), inline="read"
-        )
+        row = await self._one(q.GET_DELIVERY, (delivery_id,), inline="read")
         if row is None:
             raise DeliveryNotFoundError(f"no delivery has id {delivery_id}")
         return delivery_from_row(row, with_event=True)
@@ -336,21 +312,17 @@ class SqliteSubscriptions(Connected):
         sql = q.LIST_DELIVERIES + (" WHERE " + " AND ".join(where) if where else "")
         sql += " ORDER BY d.id DESC LIMIT ?"
         params.append(filter.limit)
-        rows = await self._call(lambda: self._db.execute(sql, params).fetchall())
+        rows = await self._rows(sql, params)
         return [delivery_from_row(row) for row in rows]
 
     async def list_delivery_attempts(self, delivery_id: int) -> list[DeliveryAttempt]:
         """A delivery's attempts, oldest first."""
-        rows = await self._call(
-            lambda: self._db.execute(q.LIST_ATTEMPTS, (delivery_id,)).fetchall()
-        )
+        rows = await self._rows(q.LIST_ATTEMPTS, (delivery_id,))
         return [attempt_from_row(row) for row in rows]
 
     async def count_deliveries(self, subscription: str) -> dict[DeliveryState, int]:
         """How many deliveries of ``subscription`` are in each state."""
-        rows = await self._call(
-            lambda: self._db.execute(q.COUNT_DELIVERIES, (subscription,)).fetchall()
-        )
+        rows = await self._rows(q.COUNT_DELIVERIES, (subscription,))
         return {DeliveryState(state): count for state, count in rows}
 
     async def requeue_deliveries(
@@ -364,12 +336,7 @@ class SqliteSubscriptions(Connected):
             sql = q.REQUEUE_SUBSCRIPTION
         else:
             sql = q.REQUEUE_ALL
-
-        def requeue() -> list[int]:
-            with self._write(wake=True) as conn:
-                return sorted(row[0] for row in conn.execute(sql, params))
-
-        ids = await self._call(requeue)
+        ids = sorted(row[0] for row in await self._transact(fetch_all, sql, params, wake=True))
         if ids:
             await self.notify([EVENTS_CHANNEL])
         return ids

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from ..ports import Listener
 from . import sql as q
-from .connection import Connected, read_wakeups
+from .connection import Connected, execute, execute_many, read_wakeups
 
 _WAKEUP_CACHE_SECONDS = 1.0
 
@@ -24,32 +24,23 @@ class SqliteWakeUps(Connected):
         if wanted != self._registered:
             self._registered = wanted
             row = (self._hub.address, self._hub.pid, ",".join(sorted(wanted)), time.time())
-
-            def register() -> None:
-                with self._write(durable=False) as conn:
-                    conn.execute(q.REGISTER_WAKEUP, row)
-
-            await self._call(register)
+            await self._transact(execute, q.REGISTER_WAKEUP, row, durable=False)
         return listener
 
     async def notify(self, channels: Sequence[str]) -> None:
         """Wake this process's listeners directly and nudge the other processes' sockets."""
         self._hub.wake_local(channels)
         if time.monotonic() - self._wakeups_read > _WAKEUP_CACHE_SECONDS:
-            self._wakeups = await self._call(lambda: read_wakeups(self._db))
+            self._wakeups = await self._call(read_wakeups, self._db)
             self._wakeups_read = time.monotonic()
         wanted = set(channels)
         targets = [address for address, chans in self._wakeups if chans & wanted]
         gone = self._hub.send(targets, channels)
         if gone:
             self._wakeups = [w for w in self._wakeups if w[0] not in gone]
+            rows = [(address,) for address in gone]
+            await self._transact(execute_many, q.DELETE_WAKEUP, rows, durable=False)
 
-            def forget() -> None:
-                with self._write(durable=False) as conn:
-                    conn.executemany(q.DELETE_WAKEUP, [(a,) for a in gone])
-
-            await self._call(forget)
-
-    def _forget_wakeup(self) -> None:
-        with self._write(durable=False) as conn:
-            conn.execute(q.DELETE_WAKEUP, (self._hub.address,))
+    async def _forget_wakeup(self) -> None:
+        """Unregister this process's socket (the store is closing)."""
+        await self._transact(execute, q.DELETE_WAKEUP, (self._hub.address,), durable=False)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 
 from ...model import WorkerInfo, WorkerState
 from ..logic import worker_state
 from . import sql as q
-from .connection import Connected
+from .connection import Connected, execute, fetch_all
 from .rows import Row
 
 
@@ -28,41 +29,21 @@ class SqliteWorkers(Connected):
             worker.heartbeat_at,
             worker.state.value,
         )
-
-        def register() -> None:
-            with self._write(durable=False) as conn:
-                conn.execute(q.UPSERT_WORKER, row)
-
-        await self._call(register)
+        await self._transact(execute, q.UPSERT_WORKER, row, durable=False)
 
     async def set_worker_state(self, worker_id: str, state: WorkerState, now: float) -> None:
         """Mark a worker draining or stopped."""
-
-        def update() -> None:
-            with self._write(durable=False) as conn:
-                conn.execute(q.SET_WORKER_STATE, (state.value, now, worker_id))
-
-        await self._call(update)
+        params = (state.value, now, worker_id)
+        await self._transact(execute, q.SET_WORKER_STATE, params, durable=False)
 
     async def prune_workers(self, silent_since: float) -> list[str]:
         """Delete the rows of workers silent since before ``silent_since`` and holding no run."""
-
-        def prune() -> list[str]:
-            with self._write(durable=False) as conn:
-                return [row[0] for row in conn.execute(q.PRUNE_WORKERS, (silent_since,))]
-
-        return await self._call(prune)
+        rows = await self._transact(fetch_all, q.PRUNE_WORKERS, (silent_since,), durable=False)
+        return [row[0] for row in rows]
 
     async def list_workers(self, now: float, lease_seconds: float) -> list[WorkerInfo]:
         """Registered workers, with their running runs; silent ones are reported lost."""
-
-        def read() -> tuple[list[Row], list[Row]]:
-            return (
-                self._db.execute(q.LIST_WORKERS).fetchall(),
-                self._db.execute(q.RUNNING_BY_OWNER).fetchall(),
-            )
-
-        rows, running = await self._call(read)
+        rows, running = await self._call(_workers_and_runs, self._db)
         by_owner: dict[str, list[int]] = {}
         for owner, run_id in running:
             by_owner.setdefault(owner, []).append(run_id)
@@ -85,3 +66,8 @@ class SqliteWorkers(Connected):
                 )
             )
         return workers
+
+
+def _workers_and_runs(conn: sqlite3.Connection) -> tuple[list[Row], list[Row]]:
+    """The registry's rows, and (owner, run id) of every run held, read together."""
+    return conn.execute(q.LIST_WORKERS).fetchall(), conn.execute(q.RUNNING_BY_OWNER).fetchall()

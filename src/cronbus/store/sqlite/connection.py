@@ -26,9 +26,9 @@ from ...errors import StoreError
 from .. import migrations
 from ..wake import WakeHub
 from . import sql as q
+from .rows import Row, fetch_all, fetch_one
 
 T = TypeVar("T")
-Row = tuple[Any, ...]
 Inline = Literal["", "read", "write"]
 log = logging.getLogger("cronbus.store")
 MEMORY = ":memory:"
@@ -391,24 +391,3 @@ class Connected:
 def read_wakeups(conn: sqlite3.Connection) -> list[tuple[str, frozenset[str]]]:
     """The registered wake-up sockets and the channels each listens to."""
     return [(a, frozenset(c.split(","))) for a, c in conn.execute(q.LIST_WAKEUPS)]
-
-
-def fetch_all(conn: sqlite3.Connection, sql: str, params: Any = ()) -> list[Row]:
-    """The rows of one statement."""
-    return conn.execute(sql, params).fetchall()
-
-
-def fetch_one(conn: sqlite3.Connection, sql: str, params: Any = ()) -> Row | None:
-    """The first row of one statement, if any."""
-    row: Row | None = conn.execute(sql, params).fetchone()
-    return row
-
-
-def execute(conn: sqlite3.Connection, sql: str, params: Any = ()) -> int:
-    """Run one statement; how many rows it changed."""
-    return conn.execute(sql, params).rowcount
-
-
-def execute_many(conn: sqlite3.Connection, sql: str, rows: Any) -> None:
-    """Run one statement for each of ``rows``."""
-    conn.executemany(sql, rows)

@@ -16,8 +16,8 @@ from ...events.records import Appended, EventRecord, NewEvent, TopicInfo
 from ..event_rows import event_from_row
 from ..ports import EVENTS_CHANNEL
 from . import events_sql as q
-from .connection import Connected, Inline, execute
-from .rows import Row
+from .connection import Connected, Inline
+from .rows import Row, execute
 
 _INLINE_BATCH = 16
 """Appends of at most this many events may run on the event loop's thread."""

@@ -21,8 +21,8 @@ from ..ports import JOBS_CHANNEL, RUNS_CHANNEL
 from ..rows import job_from_row, job_params
 from . import jobs_sql as jq
 from . import sql as q
-from .connection import Connected, Inline, execute_many, fetch_all
-from .rows import insert_runs
+from .connection import Connected, Inline
+from .rows import execute_many, fetch_all, insert_runs
 
 InsertRuns = Callable[[sqlite3.Connection, Sequence[NewRun], float], list[Deferred]]
 _INLINE_BATCH = 16

@@ -17,9 +17,9 @@ from ...states import RunState
 from ..logic import finish, holds_cancelling, lease_lost, overlap_decisions, wakeups
 from ..ports import HeldAttempt
 from . import sql as q
-from .connection import Connected, execute
+from .connection import Connected
 from .jobs import jobs_runs_ended
-from .rows import Row, attempt_params, finish_params, sequence
+from .rows import Row, attempt_params, execute, finish_params, sequence
 
 _REAP_BATCH = 1000
 _NO_CLAIM = ClaimRequest(worker_id="", queues=(), limit=0, lease_seconds=0.0)

@@ -1,4 +1,5 @@
-"""Rows of the SQLite store: inserting new runs, and the parameters of ended attempts and pushes.
+"""Rows of the SQLite store: running statements for them, inserting new runs, and the
+parameters of ended attempts and pushes.
 
 Inside write transactions the caller holds; shared by defers, fires and job follow-ups.
 """
@@ -17,6 +18,27 @@ from ..logic import Finish, initial_state
 from . import sql as q
 
 Row = tuple[Any, ...]
+
+
+def fetch_all(conn: sqlite3.Connection, sql: str, params: Any = ()) -> list[Row]:
+    """The rows of one statement."""
+    return conn.execute(sql, params).fetchall()
+
+
+def fetch_one(conn: sqlite3.Connection, sql: str, params: Any = ()) -> Row | None:
+    """The first row of one statement, if any."""
+    row: Row | None = conn.execute(sql, params).fetchone()
+    return row
+
+
+def execute(conn: sqlite3.Connection, sql: str, params: Any = ()) -> int:
+    """Run one statement; how many rows it changed."""
+    return conn.execute(sql, params).rowcount
+
+
+def execute_many(conn: sqlite3.Connection, sql: str, rows: Any) -> None:
+    """Run one statement for each of ``rows``."""
+    conn.executemany(sql, rows)
 
 
 def insert_runs(conn: sqlite3.Connection, runs: Sequence[NewRun], now: float) -> list[Deferred]:

@@ -13,9 +13,9 @@ from ...states import RunState
 from ..logic import cancel_state, wakeups
 from ..rows import attempt_from_row, run_from_row
 from . import sql as q
-from .connection import Connected, Inline, fetch_all
+from .connection import Connected, Inline
 from .jobs import jobs_runs_ended
-from .rows import insert_runs
+from .rows import fetch_all, insert_runs
 
 _INLINE_BATCH = 16
 """Defers of at most this many runs may run on the event loop's thread (see ``_call``)."""

@@ -43,8 +43,8 @@ from ...events.states import DeliveryState
 from ..event_rows import attempt_from_row, delivery_from_row, subscription_from_row
 from ..ports import EVENTS_CHANNEL
 from . import events_sql as q
-from .connection import Connected, Inline, execute, fetch_all
-from .rows import Row, delivery_attempt_params, delivery_finish_params
+from .connection import Connected, Inline
+from .rows import Row, delivery_attempt_params, delivery_finish_params, execute, fetch_all
 
 _STARTS = ("latest", "earliest")
 _INLINE_BATCH = 16

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 from ..ports import Listener
 from . import sql as q
-from .connection import Connected, execute, execute_many, read_wakeups
+from .connection import Connected, read_wakeups
+from .rows import execute, execute_many
 
 _WAKEUP_CACHE_SECONDS = 1.0
 

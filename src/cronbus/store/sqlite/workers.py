@@ -8,8 +8,8 @@ import sqlite3
 from ...model import WorkerInfo, WorkerState
 from ..logic import worker_state
 from . import sql as q
-from .connection import Connected, execute, fetch_all
-from .rows import Row
+from .connection import Connected
+from .rows import Row, execute, fetch_all
 
 
 class SqliteWorkers(Connected):

@@ -8,7 +8,7 @@ functions that take a :class:`~.connection.Tx` queue their statements on the cal
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import JobExistsError, JobNotFoundError
@@ -19,10 +19,8 @@ from ..ports import JOBS_CHANNEL, RUNS_CHANNEL
 from ..rows import job_from_row, job_params
 from . import jobs_sql as jq
 from . import sql as q
-from .connection import Connected, Cursor, Tx
+from .connection import Connected, Tx
 from .rows import arrays, insert_runs
-
-InsertRuns = Callable[[Tx, Sequence[NewRun], float], Awaitable[Cursor]]
 
 
 async def after_triggers(tx: Tx, job_ids: Sequence[int]) -> dict[int, str]:
@@ -37,7 +35,6 @@ async def runs_ended(
     triggers: Mapping[int, str],
     parents: Sequence[int],
     now: float,
-    insert_runs: InsertRuns,
 ) -> None:
     """Job runs ended: ``after`` jobs plan their next fire through their trigger (so its
     start and end bounds hold), and the children of successful runs fire."""

@@ -28,7 +28,6 @@ from .rows import (
     fenced,
     finish_params,
     first_per_run,
-    insert_runs,
     lost_change,
 )
 
@@ -114,7 +113,7 @@ class PostgresLeases(Connected):
                     triggers[job_id] = after_trigger
                 if new is RunState.SUCCEEDED and has_children:
                     parents.append(job_id)
-        await runs_ended(tx, triggers, parents, now, insert_runs)
+        await runs_ended(tx, triggers, parents, now)
 
     async def _apply_overlap(self, tx: Tx, picks: list[Pick], now: float) -> list[Pick]:
         """Job overlap policies among picked runs that share a concurrency key.
@@ -138,7 +137,7 @@ class PostgresLeases(Connected):
             await tx.queue(q.SKIP_RUNS, {"ids": [p.id for p in skipped], "now": now})
             ended = [p.job_id for p in skipped if p.job_id is not None]
             ending = await after_triggers(tx, ended)
-            await runs_ended(tx, ending, [], now, insert_runs)
+            await runs_ended(tx, ending, [], now)
         return kept
 
     async def heartbeat(
@@ -172,7 +171,7 @@ class PostgresLeases(Connected):
             attempts.append(attempt_row(outcome))
         await tx.queue(q.COMPLETE, finish_params(changes, attempts, now))
         ending = await after_triggers(tx, ended)
-        await runs_ended(tx, ending, [], now, insert_runs)
+        await runs_ended(tx, ending, [], now)
 
     async def age_retries(self, now: float, after: float) -> int:
         """Promote retries that waited ``after`` seconds to the fresh lane."""

@@ -71,7 +71,7 @@ class PostgresRuns(Connected):
             tx.nudges.update(wakeups(new))
             if new.terminal and job_id is not None:
                 ending = await after_triggers(tx, [job_id])
-                await runs_ended(tx, ending, [], now, insert_runs)
+                await runs_ended(tx, ending, [], now)
         return new
 
     async def requeue(self, run_ids: Sequence[int] | None, now: float) -> list[int]:

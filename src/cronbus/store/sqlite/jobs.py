@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ...errors import JobExistsError, JobNotFoundError
-from ...model import Deferred, Fire, Job, JobSpec, NewRun
+from ...model import Deferred, Fire, Job, JobSpec
 from ...states import RunState
 from ...triggers import trigger_from_spec
 from ..logic import job_run
@@ -24,7 +24,6 @@ from . import sql as q
 from .connection import Connected, Inline
 from .rows import execute_many, fetch_all, insert_runs
 
-InsertRuns = Callable[[sqlite3.Connection, Sequence[NewRun], float], list[Deferred]]
 _INLINE_BATCH = 16
 
 
@@ -36,9 +35,7 @@ def get_job(conn: sqlite3.Connection, name: str) -> Job:
     return job_from_row(row)
 
 
-def fire(
-    conn: sqlite3.Connection, fires: Sequence[Fire], now: float, insert_runs: InsertRuns
-) -> list[bool]:
+def fire(conn: sqlite3.Connection, fires: Sequence[Fire], now: float) -> list[bool]:
     """Advance each job by compare-and-set, and insert its runs only if that succeeded."""
     done = []
     for plan in fires:
@@ -64,7 +61,6 @@ def runs_ended(
     conn: sqlite3.Connection,
     ended: Sequence[tuple[int, RunState]],
     now: float,
-    insert_runs: InsertRuns,
 ) -> bool:
     """A job's run ended: plan an ``after`` job's next fire; fire children of a success.
 
@@ -79,13 +75,11 @@ def runs_ended(
             conn.execute(jq.SET_NEXT_FIRE, {"id": job_id, "next": following, "now": now})
             changed = changed or following is not None
         if state is RunState.SUCCEEDED:
-            changed |= bool(_fire_children(conn, job_id, now, insert_runs))
+            changed |= bool(_fire_children(conn, job_id, now))
     return changed
 
 
-def _fire_children(
-    conn: sqlite3.Connection, job_id: int, now: float, insert_runs: InsertRuns
-) -> list[Deferred]:
+def _fire_children(conn: sqlite3.Connection, job_id: int, now: float) -> list[Deferred]:
     row = conn.execute(jq.CHILDREN, (job_id,)).fetchone()
     if row is None or row[0] == "[]":
         return []
@@ -101,7 +95,7 @@ def jobs_runs_ended(
         return
     rows = conn.execute(q.JOB_RUN_STATES, (json.dumps(list(run_ids)),)).fetchall()
     ended = [(job_id, RunState(state)) for job_id, state in rows]
-    if runs_ended(conn, ended, now, insert_runs):
+    if runs_ended(conn, ended, now):
         nudges.update((JOBS_CHANNEL, RUNS_CHANNEL))
 
 
@@ -185,7 +179,7 @@ class SqliteJobs(Connected):
         if not fires:
             return []
         quick: Inline = "write" if len(fires) <= _INLINE_BATCH else ""
-        done = await self._transact(fire, fires, now, insert_runs, wake=True, inline=quick)
+        done = await self._transact(fire, fires, now, wake=True, inline=quick)
         if any(done):
             await self.notify([RUNS_CHANNEL])
         return done

@@ -14,7 +14,7 @@ from typing import TypeVar
 from ..errors import InvalidTransitionError
 from ..model import ErrorInfo, Job, Lane, NewRun, Outcome, Overlap, WorkerState
 from ..states import ACTIVE, AttemptOutcome, RunEvent, RunState, sources, transition
-from .ports import CONTROL_CHANNEL, RUNS_CHANNEL
+from .ports import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL
 
 LEASE_EXPIRED = "LeaseExpired"
 """The error type recorded on an attempt whose lease expired."""
@@ -123,6 +123,11 @@ def wakeups(state: RunState, concurrency_key: str | None = None) -> frozenset[st
     if concurrency_key is not None and state not in ACTIVE:
         channels.add(RUNS_CHANNEL)
     return frozenset(channels)
+
+
+JOB_FOLLOW_UP_WAKEUPS = frozenset({JOBS_CHANNEL, RUNS_CHANNEL})
+"""The channels to nudge after a job's run ended and the job planned its next fire or fired its
+children: schedulers plan again, workers may claim the new runs."""
 
 
 def holds_cancelling(state: RunState) -> bool:

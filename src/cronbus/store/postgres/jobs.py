@@ -14,7 +14,7 @@ from typing import Any
 from ...errors import JobExistsError, JobNotFoundError
 from ...model import Fire, Job, JobSpec, NewRun
 from ...triggers import trigger_from_spec
-from ..logic import job_run
+from ..logic import JOB_FOLLOW_UP_WAKEUPS, job_run
 from ..ports import JOBS_CHANNEL, RUNS_CHANNEL
 from ..rows import job_from_row, job_params
 from . import jobs_sql as jq
@@ -44,12 +44,12 @@ async def runs_ended(
         rows = sorted(following.items())
         params = {**arrays(("job_id", "next_fire_at"), rows), "now": now}
         await tx.queue(q.SET_NEXT_FIRES, params)
-        tx.nudges.update((JOBS_CHANNEL, RUNS_CHANNEL))
+        tx.nudges.update(JOB_FOLLOW_UP_WAKEUPS)
     if parents:
         children = [job_from_row(row) for row in await tx.rows(jq.CHILD_JOBS, (parents,))]
         if children:
             await insert_runs(tx, [job_run(job, now, now) for job in children], now)
-            tx.nudges.update((JOBS_CHANNEL, RUNS_CHANNEL))
+            tx.nudges.update(JOB_FOLLOW_UP_WAKEUPS)
 
 
 def _after_fires(triggers: Mapping[int, str], now: float) -> dict[int, float]:

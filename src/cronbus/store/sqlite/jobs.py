@@ -16,7 +16,7 @@ from ...errors import JobExistsError, JobNotFoundError
 from ...model import Deferred, Fire, Job, JobSpec
 from ...states import RunState
 from ...triggers import trigger_from_spec
-from ..logic import job_run
+from ..logic import JOB_FOLLOW_UP_WAKEUPS, job_run
 from ..ports import JOBS_CHANNEL, RUNS_CHANNEL
 from ..rows import job_from_row, job_params
 from . import jobs_sql as jq
@@ -96,7 +96,7 @@ def jobs_runs_ended(
     rows = conn.execute(q.JOB_RUN_STATES, (json.dumps(list(run_ids)),)).fetchall()
     ended = [(job_id, RunState(state)) for job_id, state in rows]
     if runs_ended(conn, ended, now):
-        nudges.update((JOBS_CHANNEL, RUNS_CHANNEL))
+        nudges.update(JOB_FOLLOW_UP_WAKEUPS)
 
 
 def _put_job(conn: sqlite3.Connection, query: str, params: dict[str, Any], name: str) -> Job:

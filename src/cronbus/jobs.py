@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigurationError, JobExistsError
 from .handle import RunHandle
 from .model import Fire, Job, JobSpec, Misfire, Overlap
-from .store.logic import job_run
+from .store.common import job_run
 from .task import Task, check_priority, check_queue
 from .triggers import Trigger, make_trigger, next_fires, trigger_from_spec
 

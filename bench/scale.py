@@ -81,8 +81,8 @@ from cronbus import App
 from cronbus.jobs import JobOptions, build_spec
 from cronbus.model import JobSpec
 from cronbus.scheduler import DEFAULT_LOOKAHEAD, Scheduler
-from cronbus.store import sqlite_jobs
 from cronbus.store.rows import job_params
+from cronbus.store.sqlite import jobs_sql
 from cronbus.triggers import trigger_from_spec
 
 BENCH = "scale"
@@ -175,7 +175,7 @@ async def bulk_load(url: str, specs: Sequence[JobSpec], now: float) -> str:
         with contextlib.closing(sqlite3.connect(path, timeout=30, isolation_level=None)) as conn:
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(
-                sqlite_jobs.UPSERT_JOB,
+                jobs_sql.UPSERT_JOB,
                 (job_params(s, f, now) for s, f in zip(specs, fires, strict=True)),
             )
             conn.execute("COMMIT")

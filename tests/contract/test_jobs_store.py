@@ -19,7 +19,7 @@ from cronbus.model import (
 )
 from cronbus.states import AttemptOutcome, RunState
 from cronbus.store import Store
-from cronbus.store.common import job_run
+from cronbus.store.logic import job_run
 
 T0 = 1_700_000_000.0
 EVERY = {"kind": "every", "seconds": 10.0}

@@ -428,7 +428,7 @@ async def test_a_delivery_whose_event_retention_removed_is_a_dead_letter_with_th
     from cronbus.events.records import NewDelivery
     from cronbus.store.events_base import EventStore
 
-    store: EventStore = bus.store  # type: ignore[assignment]
+    store: EventStore = bus.store
     await bus.subscriptions.add("late", topic="t", webhook=targets.url("/late"), start="earliest")
     await publish(bus, "t", orders(2))
     # A dispatcher read event 1, then retention removed it before its delivery was recorded.

@@ -18,8 +18,8 @@ from contract.pg import pg_store_url, server_url, with_options
 from cronbus.errors import SchemaError, StoreURLError
 from cronbus.model import NewRun
 from cronbus.store import migrations, open_store
-from cronbus.store import postgres_sql as q
 from cronbus.store.postgres import PostgresStore, parse_url
+from cronbus.store.postgres import sql as q
 
 KNOWN = migrations.load("postgres")
 LATEST = KNOWN[-1].version

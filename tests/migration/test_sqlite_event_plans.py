@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cronbus.store import open_store
-from cronbus.store import sqlite_events_sql as q
+from cronbus.store.sqlite import events_sql as q
 
 TAKE = {"sub": 1, "now": 0.0, "ordered": 1, "limit": 10}
 

@@ -7,8 +7,8 @@ import sqlite3
 from pathlib import Path
 
 from cronbus.store import open_store
-from cronbus.store import sqlite_jobs as jobs_sql
-from cronbus.store import sqlite_sql as q
+from cronbus.store.sqlite import jobs_sql
+from cronbus.store.sqlite import sql as q
 
 
 async def plan_of(path: Path, sql: str, params: object) -> str:

@@ -88,7 +88,7 @@ class Events:
     @property
     def store(self) -> EventStore:
         """The app's store, as an event store."""
-        return self.app.store  # type: ignore[return-value]
+        return self.app.store
 
     async def publish_many(self, topic: str, events: Iterable[Event]) -> list[Published]:
         """Append events to ``topic`` in one transaction; returns once they are durable.
@@ -178,7 +178,7 @@ class Subscriptions:
     @property
     def store(self) -> EventStore:
         """The app's store, as an event store."""
-        return self.app.store  # type: ignore[return-value]
+        return self.app.store
 
     async def add(
         self,

@@ -88,7 +88,7 @@ class Dispatcher:
     @property
     def store(self) -> EventStore:
         """The app's store, as an event store."""
-        return self.app.store  # type: ignore[return-value]
+        return self.app.store
 
     @property
     def client(self) -> aiohttp.ClientSession:

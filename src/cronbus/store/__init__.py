@@ -18,15 +18,14 @@ refused either way.
 from __future__ import annotations
 
 import os
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from ..errors import StoreURLError
-from . import migrations
-from .base import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener, Store
+from .ports import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener, Store
 from .sqlite import SQLiteStore
+from .sqlite import parse_url as parse_sqlite_url
 
 DEFAULT_URL = "sqlite:///./cronbus.db"
-_SYNCHRONOUS = {"off", "normal", "full", "extra"}
 
 __all__ = [
     "CONTROL_CHANNEL",
@@ -53,7 +52,7 @@ def open_store(url: str) -> Store:
         raise StoreURLError("the store URL is empty; use sqlite:///path.db or postgresql://...")
     parts = urlsplit(url.strip())
     if parts.scheme == "sqlite":
-        return _sqlite(url, parts.netloc, parts.path, parts.query)
+        return _sqlite(url)
     if parts.scheme in ("postgres", "postgresql"):
         return _postgres(url.strip())
     raise StoreURLError(
@@ -73,29 +72,12 @@ def _postgres(url: str) -> Store:
     return PostgresStore(url)
 
 
-def _sqlite(url: str, netloc: str, path: str, query: str) -> SQLiteStore:
-    if netloc:
-        raise StoreURLError(
-            f"store URL {url!r}: an SQLite URL has three slashes before a relative path "
-            "(sqlite:///cronbus.db) and four before an absolute one (sqlite:////var/cronbus.db)"
-        )
-    path = path[1:] if path.startswith("/") else path
-    if not path:
-        raise StoreURLError(f"store URL {url!r} names no file: use sqlite:///cronbus.db")
-    options = dict(parse_qsl(query, keep_blank_values=True))
-    synchronous = options.pop("synchronous", "full").lower()
-    if synchronous not in _SYNCHRONOUS:
-        raise StoreURLError(
-            f"store URL {url!r}: synchronous={synchronous!r} is not one of "
-            f"{', '.join(sorted(_SYNCHRONOUS))}"
-        )
-    try:
-        busy_timeout = float(options.pop("busy_timeout", "30"))
-    except ValueError:
-        raise StoreURLError(f"store URL {url!r}: busy_timeout must be seconds") from None
-    migrate = migrations.auto_migrate(url, options)
-    if options:
-        raise StoreURLError(f"store URL {url!r}: unknown option(s) {', '.join(sorted(options))}")
+def _sqlite(url: str) -> SQLiteStore:
+    options = parse_sqlite_url(url)
     return SQLiteStore(
-        path, synchronous=synchronous, busy_timeout=busy_timeout, url=url, migrate=migrate
+        options.path,
+        synchronous=options.synchronous,
+        busy_timeout=options.busy_timeout,
+        url=url,
+        migrate=options.migrate,
     )

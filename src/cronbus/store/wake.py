@@ -1,23 +1,42 @@
 """Wake-ups between processes on one machine, for stores without LISTEN/NOTIFY.
 
-Each process that listens opens one UNIX datagram socket (in Linux's abstract namespace, so
-nothing is left on disk) and registers its address in the store. A process that commits work
-sends a one-datagram nudge, naming the channels, to every registered address; listeners in the
-same process are woken directly. A nudge may be lost (a full socket buffer): the listener's poll
-interval remains the safety net, so losing one costs latency, never work.
+Each process that listens opens one UNIX datagram socket and registers its address in the store:
+in Linux's abstract namespace, so nothing is left on disk, or where that namespace does not exist
+(macOS, the BSDs) at a path in a private temporary folder, removed when the hub closes. A process
+that commits work sends a one-datagram nudge, naming the channels, to every registered address;
+listeners in the same process are woken directly. A nudge may be lost (a full socket buffer):
+the listener's poll interval remains the safety net, so losing one costs latency, never work.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
+import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import Iterable, Sequence
 
 log = logging.getLogger("cronbus.wake")
+
+
+@functools.cache
+def abstract_sockets() -> bool:
+    """Whether this system has Linux's abstract namespace for UNIX sockets (probed once)."""
+    if not hasattr(socket, "AF_UNIX"):
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        probe.bind("\0cronbus-probe-" + uuid.uuid4().hex)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 class LocalListener:
@@ -55,13 +74,19 @@ class LocalListener:
 
 
 class WakeHub:
-    """One process's end of the wake-up mesh for one store."""
+    """One process's end of the wake-up mesh for one store.
 
-    def __init__(self) -> None:
+    ``abstract`` chooses the kind of address (default: abstract where the system has them, else
+    a filesystem path, known once the socket is bound).
+    """
+
+    def __init__(self, *, abstract: bool | None = None) -> None:
         self._listeners: set[LocalListener] = set()
         self._sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.address = "\0cronbus-" + uuid.uuid4().hex
+        self.abstract = abstract_sockets() if abstract is None else abstract
+        self.address = "\0cronbus-" + uuid.uuid4().hex if self.abstract else ""
+        self._folder: str | None = None
         self.pid = os.getpid()
         self._sender: socket.socket | None = None
 
@@ -117,7 +142,17 @@ class WakeHub:
     def _bind(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.setblocking(False)
-        sock.bind(self.address)
+        if not self.abstract:
+            # mkdtemp makes the folder readable by this user only: nobody else can nudge or
+            # replace the socket. Short, so the path fits sun_path (104 bytes on macOS).
+            self._folder = tempfile.mkdtemp(prefix="cronbus-")
+            self.address = os.path.join(self._folder, "wake")
+        try:
+            sock.bind(self.address)
+        except OSError:
+            sock.close()
+            self._remove_folder()
+            raise
         self._sock = sock
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(sock.fileno(), self._on_readable)
@@ -144,4 +179,10 @@ class WakeHub:
         if self._sender is not None:
             self._sender.close()
             self._sender = None
+        self._remove_folder()
         self._listeners.clear()
+
+    def _remove_folder(self) -> None:
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None

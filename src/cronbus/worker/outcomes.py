@@ -119,4 +119,4 @@ class RunEvents:
 
     @property
     def _store(self) -> EventStore:
-        return self.app.store  # type: ignore[return-value]
+        return self.app.store

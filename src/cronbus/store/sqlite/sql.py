@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
-from ..states import ACTIVE, RunEvent, sources, sql_in, sql_match
-from .rows import RUN_COLUMNS, RUN_FROM
+from ...model import Overlap
+from ...states import ACTIVE, TRANSITIONS, RunEvent, RunState, sources, sql_in, sql_match
+from ..rows import RUN_COLUMNS, RUN_FROM
+
+
+def _to(event: RunEvent) -> str:
+    """The one state ``event`` leads to, as an SQL literal (an enum constant, not user input)."""
+    (target,) = set(TRANSITIONS[event].values())
+    return f"'{target.value}'"
+
+
+_WAITING = sql_match("state", sources(RunEvent.CLAIM))
+_CANCELLING = TRANSITIONS[RunEvent.CANCEL][RunState.RUNNING]
+_RUN = _to(RunEvent.CLAIM)
+"""A claimed run's state."""
+_REQ = _to(RunEvent.REQUEUE)
+"""A requeued run's state."""
 
 INSERT_RUN = """
 INSERT INTO runs (task, queue, state, priority, lane, eta, max_attempts, timeout,
@@ -15,20 +30,19 @@ VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 INSERT_KEYED_RUN = INSERT_RUN + " ON CONFLICT DO NOTHING RETURNING id"
 RUN_BY_FIRE = "SELECT id FROM runs WHERE job_id = ? AND fire_at = ?"
 RUN_BY_KEY = "SELECT id FROM runs WHERE idempotency_key = ?"
-LAST_RUN_ID = "SELECT seq FROM sqlite_sequence WHERE name = 'runs'"
 INSERT_PAYLOAD = "INSERT INTO run_payloads (run_id, args, kwargs) VALUES (?, ?, ?)"
 
 PROMOTE_DUE = f"""
-UPDATE runs INDEXED BY runs_due SET state = 'queued', updated_at = :now
+UPDATE runs INDEXED BY runs_due SET state = {_to(RunEvent.DUE)}, updated_at = :now
 WHERE {sql_match("state", sources(RunEvent.DUE))} AND eta <= :now
 """
 # Runs of a job with overlap=queue wait while another run with their key is active.
 SELECT_READY = f"""
 SELECT id, attempts, used, task, queue, max_attempts, timeout, eta, concurrency_key, overlap
 FROM runs
-WHERE state = 'queued' AND queue = :queue
+WHERE {_WAITING} AND queue = :queue
   AND (target_worker IS NULL OR target_worker = :worker)
-  AND NOT (overlap = 'queue' AND concurrency_key IN (
+  AND NOT (overlap = '{Overlap.QUEUE.value}' AND concurrency_key IN (
         SELECT concurrency_key FROM runs INDEXED BY runs_active_key
         WHERE concurrency_key IS NOT NULL AND state IN {sql_in(ACTIVE)}))
 ORDER BY lane, priority DESC, eta, id
@@ -40,16 +54,16 @@ WHERE concurrency_key IN (SELECT value FROM json_each(?)) AND concurrency_key IS
   AND state IN {sql_in(ACTIVE)}
 """
 SKIP_RUN = f"""
-UPDATE runs SET state = 'skipped', updated_at = :now, finished_at = :now
+UPDATE runs SET state = {_to(RunEvent.SKIP)}, updated_at = :now, finished_at = :now
 WHERE id = :id AND state IN {sql_in(sources(RunEvent.SKIP))}
 """
-CANCEL_RUNNING = """
-UPDATE runs SET state = 'cancelling', updated_at = :now
-WHERE id = :id AND state = 'running'
+CANCEL_RUNNING = f"""
+UPDATE runs SET state = '{_CANCELLING.value}', updated_at = :now
+WHERE id = :id AND {sql_match("state", [RunState.RUNNING])}
 """
 INSERT_ATTEMPT = "INSERT INTO attempts (run_id, number, worker_id, started_at) VALUES (?, ?, ?, ?)"
-START_RUN = """
-UPDATE runs SET state = 'running', attempts = attempts + 1, lease_owner = ?, lease_expires = ?,
+START_RUN = f"""
+UPDATE runs SET state = {_RUN}, attempts = attempts + 1, lease_owner = ?, lease_expires = ?,
     attempt_id = ?, updated_at = ?
 WHERE id = ?
 """
@@ -87,9 +101,9 @@ SELECT id, attempt_id, state, lost, eta, job_id FROM runs INDEXED BY runs_leases
 WHERE state IN {sql_in(ACTIVE)} AND lease_expires < :now
 ORDER BY lease_expires LIMIT :limit
 """
-AGE_RETRIES = """
+AGE_RETRIES = f"""
 UPDATE runs INDEXED BY runs_retry_aging SET lane = 0
-WHERE state = 'queued' AND lane = 1 AND eta <= :cutoff
+WHERE {_WAITING} AND lane = 1 AND eta <= :cutoff
 """
 
 RUN_STATE = "SELECT state, job_id FROM runs WHERE id = ?"
@@ -98,16 +112,16 @@ SELECT job_id, state FROM runs WHERE id IN (SELECT value FROM json_each(?)) AND 
 """
 SET_STATE = "UPDATE runs SET state = ?, updated_at = ?, finished_at = ? WHERE id = ? AND state = ?"
 REQUEUE_IDS = f"""
-UPDATE runs SET state = 'queued', lane = 0, used = 0, lost = 0, eta = :now, updated_at = :now,
+UPDATE runs SET state = {_REQ}, lane = 0, used = 0, lost = 0, eta = :now, updated_at = :now,
     finished_at = NULL
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND state IN {sql_in(sources(RunEvent.REQUEUE))}
 RETURNING id
 """
-REQUEUE_ALL_DEAD = """
-UPDATE runs SET state = 'queued', lane = 0, used = 0, lost = 0, eta = :now, updated_at = :now,
+REQUEUE_ALL_DEAD = f"""
+UPDATE runs SET state = {_REQ}, lane = 0, used = 0, lost = 0, eta = :now, updated_at = :now,
     finished_at = NULL
-WHERE state = 'dead'
+WHERE {sql_match("state", [RunState.DEAD])}
 RETURNING id
 """
 
@@ -120,9 +134,9 @@ SELECT id, run_id, number, worker_id, started_at, finished_at, outcome, result, 
 FROM attempts WHERE run_id = ? ORDER BY id
 """
 COUNT_RUNS = "SELECT state, count(*) FROM runs GROUP BY state"
-NEXT_ETA = """
+NEXT_ETA = f"""
 SELECT min(eta) FROM runs INDEXED BY runs_due
-WHERE state = 'scheduled' AND queue IN (SELECT value FROM json_each(?))
+WHERE {sql_match("state", sources(RunEvent.DUE))} AND queue IN (SELECT value FROM json_each(?))
 """
 
 UPSERT_WORKER = """

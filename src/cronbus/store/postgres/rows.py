@@ -10,10 +10,11 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ..model import ClaimedRun, NewRun, Outcome, WorkerInfo, WorkerState
-from ..states import ACTIVE, AttemptOutcome, RunEvent, RunState, transition
-from .common import finish
-from .postgres_tx import Row
+from ...model import ClaimedRun, NewRun, Outcome, WorkerInfo, WorkerState
+from ...states import ACTIVE, AttemptOutcome, RunState
+from ..logic import Finish, finish, initial_state, worker_state
+from . import sql as q
+from .connection import Cursor, Row, Tx
 
 
 # -- claims and completions ------------------------------------------------------------------------
@@ -81,7 +82,7 @@ def fenced(outcomes: Sequence[Outcome], ended: Sequence[Row]) -> list[bool]:
 def _changes(outcomes: Sequence[Outcome], now: float) -> list[Row]:
     """``COMPLETE``'s rows: each outcome's change of its run from each active state.
 
-    :func:`~cronbus.store.common.finish` keeps a run's eta, caps it (a lost attempt is due now
+    :func:`~cronbus.store.logic.finish` keeps a run's eta, caps it (a lost attempt is due now
     at the latest) or replaces it (a retry): a clamp of the current eta, whose bounds are what
     it gives for -inf and +inf. So the database applies it without the run being read first.
     Outcomes alike (a batch of successes) share one computation.
@@ -187,14 +188,20 @@ def finish_params(changes: Sequence[Row], attempts: Sequence[Row], now: float) -
     }
 
 
-def lease_lost(state: RunState, lost: int, max_lost: int) -> tuple[RunState, str]:
-    """What a run whose lease expired becomes, and the reason recorded on its attempt."""
-    new = transition(state, RunEvent.LOSE)
-    message = "the worker holding the lease stopped renewing it"
-    if new is RunState.QUEUED and lost + 1 >= max_lost:
-        new = RunState.DEAD
-        message += f"; lost {lost + 1} times, so the run is dead"
-    return new, message
+def lost_change(run_id: int, attempt_id: int, source: str, change: Finish) -> Row:
+    """``COMPLETE``'s row for an attempt whose lease expired (its eta is already decided)."""
+    return (
+        run_id,
+        attempt_id,
+        source,
+        change.state.value,
+        change.eta,
+        change.eta,
+        int(change.lane),
+        change.used,
+        change.lost,
+        change.finished_at,
+    )
 
 
 def run_params(runs: Sequence[NewRun], now: float) -> dict[str, Any]:
@@ -203,7 +210,7 @@ def run_params(runs: Sequence[NewRun], now: float) -> dict[str, Any]:
         (
             run.task,
             run.queue,
-            (RunState.QUEUED if run.eta <= now else RunState.SCHEDULED).value,
+            initial_state(run.eta, now).value,
             run.priority,
             run.eta,
             run.max_attempts,
@@ -226,9 +233,7 @@ def run_params(runs: Sequence[NewRun], now: float) -> dict[str, Any]:
 # -- workers ---------------------------------------------------------------------------------------
 def worker_from_row(row: Row, silent_since: float) -> WorkerInfo:
     """A row of ``LIST_WORKERS``; a worker silent since before ``silent_since`` is lost."""
-    state = WorkerState(row[9])
-    if state is not WorkerState.STOPPED and row[8] < silent_since:
-        state = WorkerState.LOST
+    state = worker_state(WorkerState(row[9]), row[8], silent_since)
     return WorkerInfo(
         id=row[0],
         host=row[1],
@@ -242,3 +247,10 @@ def worker_from_row(row: Row, silent_since: float) -> WorkerInfo:
         state=state,
         running=tuple(row[10]),
     )
+
+
+async def insert_runs(tx: Tx, runs: Sequence[NewRun], now: float) -> Cursor:
+    """Queue the insert of new runs with their payloads (a known key returns its run)."""
+    keyed = any(run.idempotency_key is not None or run.job_id is not None for run in runs)
+    query = q.INSERT_KEYED_RUNS if keyed else q.INSERT_RUNS
+    return await tx.queue(query, run_params(runs, now))

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..events.records import SubscriptionSpec
-from ..events.states import LIVE, DeliveryEvent, DeliveryState, sources
-from ..states import sql_match
-from .event_rows import DELIVERY_COLUMNS, EVENT_COLUMNS, SUBSCRIPTION_FIELDS
+from ...events.records import SubscriptionSpec
+from ...events.states import LIVE, DeliveryEvent, DeliveryState, sources
+from ...states import sql_match
+from ..event_rows import DELIVERY_COLUMNS, EVENT_COLUMNS, SUBSCRIPTION_FIELDS
 
 SUBSCRIPTION_COLUMNS = ", ".join(f"s.{name}" for name in SUBSCRIPTION_FIELDS.split(", "))
 

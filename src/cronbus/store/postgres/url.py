@@ -16,8 +16,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ..errors import StoreURLError
-from . import migrations
+from ...errors import StoreURLError
+from .. import migrations
 
 DEFAULT_SCHEMA = "cronbus"
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")

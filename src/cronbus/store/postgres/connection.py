@@ -11,20 +11,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from typing import Any
 
 import psycopg
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.abc import Params, QueryNoTemplate
+from psycopg.pq import TransactionStatus
+from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
-from ..errors import StoreError
-from . import migrations
-from . import postgres_sql as q
-from .postgres_listen import LocalHub, channel_name
-from .postgres_tx import Conn, Row, Tx, describe, rollback, stopped
-from .postgres_url import PostgresOptions, session_conninfo
+from ...errors import StoreError
+from .. import migrations
+from ..wake import WakeHub
+from . import sql as q
+from .url import PostgresOptions, session_conninfo
 
 NOT_OPEN = "the store is not open; use `async with app:` or `with app:`"
 
@@ -32,7 +33,7 @@ NOT_OPEN = "the store is not open; use `async with app:` or `with app:`"
 class Database:
     """The connection pool of one store, on one schema, as the store uses it."""
 
-    def __init__(self, options: PostgresOptions, *, hub: LocalHub, token: str) -> None:
+    def __init__(self, options: PostgresOptions, *, hub: WakeHub, token: str) -> None:
         self.options = options
         self.conninfo = session_conninfo(options)
         self.where = options.where
@@ -225,3 +226,72 @@ def _lock_key(schema: str) -> int:
     """The advisory lock that serialises migrations of one schema."""
     digest = hashlib.blake2b(f"cronbus-migrations:{schema}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+Row = tuple[Any, ...]
+Conn = AsyncConnection[TupleRow]
+Cursor = AsyncCursor[TupleRow]
+_IN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
+
+class Tx:
+    """One pipelined transaction: statements queue up and go with the next read or the commit.
+
+    ``nudges`` are the wake-up channels to NOTIFY with the commit.
+    """
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+        self.nudges: set[str] = set()
+
+    async def queue(self, query: QueryNoTemplate, params: Params | None = None) -> Cursor:
+        """Queue a statement; read its rows later (a read forces a round trip)."""
+        return await self.conn.execute(query, params)
+
+    async def rows(self, query: QueryNoTemplate, params: Params | None = None) -> list[Row]:
+        """Run a statement, with everything queued before it, and read its rows now."""
+        return await (await self.conn.execute(query, params)).fetchall()
+
+
+async def stopped(awaitable: Awaitable[object]) -> None:
+    """Await something whose tasks were cancelled, without swallowing our own cancellation."""
+    try:
+        await awaitable
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+
+
+async def rollback(conn: Conn) -> None:
+    """End a failed transaction, unless the connection is gone (the pool then drops it)."""
+    if conn.closed or conn.info.transaction_status not in _IN_TRANSACTION:
+        return
+    with contextlib.suppress(psycopg.Error):
+        await conn.execute(q.ROLLBACK)
+
+
+def describe(exc: psycopg.Error) -> str:
+    """The first line of a psycopg error, with its SQLSTATE when the server sent one."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return f"{line} (SQLSTATE {exc.sqlstate})" if exc.sqlstate else line
+
+
+def channel_name(schema: str, channel: str) -> str:
+    """The NOTIFY channel of a wake-up channel in ``schema`` (``cronbus_runs`` by default).
+
+    PostgreSQL truncates longer identifiers, so names over 63 bytes are replaced by a digest.
+    """
+    name = f"{schema}_{channel}"
+    if len(name.encode()) <= 63:
+        return name
+    return "cronbus_" + hashlib.blake2b(name.encode(), digest_size=16).hexdigest()
+
+
+class Connected:
+    """What the PostgreSQL store's role mixins share: the pool's database and the in-process
+    wake-up hub (see :mod:`.store`)."""
+
+    _db: Database
+    _hub: WakeHub

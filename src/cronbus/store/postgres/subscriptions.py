@@ -1,12 +1,9 @@
-"""The event bus in the PostgreSQL store: topics, subscriptions, leases, cursors, deliveries.
-
-:class:`PostgresEvents` is mixed into :class:`~cronbus.store.postgres.PostgresStore` and works
-on its :class:`~.postgres_db.Database`; the SQL is in :mod:`.postgres_events_sql`.
+"""Subscriptions in the PostgreSQL store: their definitions, leases, cursors and deliveries.
 
 Round trips, as for runs, are what a call costs. Each of these is one pipelined transaction in
-one round trip, whatever the batch: ``append`` (lock the topic, insert, NOTIFY, commit),
-``advance`` (cursor and deliveries in one statement), ``take_deliveries`` and
-``finish_deliveries`` (fence, then one statement). ``acquire_subscriptions`` takes two.
+one round trip, whatever the batch: ``advance`` (cursor and deliveries in one statement),
+``take_deliveries`` and ``finish_deliveries`` (fence, then one statement).
+``acquire_subscriptions`` takes two.
 
 Durability: appends and commands (users are told they happened) wait for the server's disk at
 commit. Leases, cursor moves, takes and finishes do not (``synchronous_commit`` off): a server
@@ -22,99 +19,38 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from ..errors import DeliveryNotFoundError, InvalidArgumentError, SubscriptionNotFoundError
-from ..events.records import (
-    Appended,
+from ...errors import (
+    DeliveryNotFoundError,
+    InvalidArgumentError,
+    SubscriptionNotFoundError,
+)
+from ...events.records import (
     Delivery,
     DeliveryAttempt,
     DeliveryFilter,
     DeliveryOutcome,
     DeliveryResult,
-    EventRecord,
     NewDelivery,
-    NewEvent,
     Subscription,
     SubscriptionLease,
     SubscriptionSpec,
-    TopicInfo,
 )
-from ..events.states import DeliveryEvent, DeliveryState, transition
-from . import postgres_events_sql as q
-from .event_rows import (
-    attempt_from_row,
-    decoded,
-    delivery_from_row,
-    event_from_row,
-    subscription_from_row,
-)
-from .events_base import EVENTS_CHANNEL
-from .postgres_db import Database
-from .postgres_rows import arrays
-from .postgres_tx import Row
+from ...events.states import DeliveryEvent, DeliveryState, transition
+from ..event_rows import attempt_from_row, decoded, delivery_from_row, subscription_from_row
+from ..ports import EVENTS_CHANNEL
+from . import events_sql as q
+from .connection import Connected, Row
+from .rows import arrays
 
 _STARTS = ("latest", "earliest")
 _PUSHED = DeliveryState.IN_FLIGHT
 """Where every push ends from: a result applies only to a delivery still in flight."""
 
 
-class PostgresEvents:
-    """The :class:`~cronbus.store.events_base.EventStore` methods of the PostgreSQL store."""
+class PostgresSubscriptions(Connected):
+    """The subscriptions and subscription leases roles (:class:`~cronbus.store.ports.Subscriptions`,
+    :class:`~cronbus.store.ports.SubscriptionLeases`) of the PostgreSQL store."""
 
-    _db: Database
-
-    # -- topics and events ---------------------------------------------------------------------
-    async def append(self, topic: str, events: Sequence[NewEvent], now: float) -> list[Appended]:
-        """Append events durably at increasing offsets, in one round trip (see the SQL for how
-        offsets follow commit order); a repeated id reports its stored offset."""
-        if not events:
-            return []
-        async with self._db.transaction() as tx:
-            await tx.queue(q.LOCK_TOPIC, {"topic": topic, "now": now})
-            appending = await tx.queue(q.APPEND, _append_params(topic, events, now))
-            tx.nudges.add(EVENTS_CHANNEL)
-        rows = await appending.fetchall()
-        return [
-            Appended(id=event.id, offset=offset, created=created)
-            for event, (offset, created) in zip(events, rows, strict=True)
-        ]
-
-    async def read_events(self, topic: str, after: int, limit: int) -> list[EventRecord]:
-        """Events of ``topic`` above ``after``, in offset order (a primary key range)."""
-        return [
-            event_from_row(row) for row in await self._db.rows(q.READ_EVENTS, (topic, after, limit))
-        ]
-
-    async def get_topic(self, topic: str) -> TopicInfo:
-        """A topic's offsets and retention; an unknown topic is empty (and is not created)."""
-        row = await self._db.one(q.GET_TOPIC, (topic,))
-        return (
-            _topic(row)
-            if row
-            else TopicInfo(name=topic, first_offset=None, last_offset=0, events=0)
-        )
-
-    async def list_topics(self) -> list[TopicInfo]:
-        """Every topic with events or settings, by name."""
-        return [_topic(row) for row in await self._db.rows(q.LIST_TOPICS)]
-
-    async def set_retention(
-        self, topic: str, max_age: float | None, max_events: int | None
-    ) -> None:
-        """Keep events of ``topic`` at most ``max_age`` seconds and ``max_events`` (None: any)."""
-        params = {"topic": topic, "max_age": max_age, "max_events": max_events}
-        await self._db.execute(q.SET_RETENTION, params)
-
-    async def trim(self, now: float) -> int:
-        """Apply every topic's retention in one statement; events of live deliveries stay."""
-        row = await self._db.one(q.TRIM, {"now": now})
-        return int(row[0]) if row else 0
-
-    async def offset_at(self, topic: str, when: float) -> int:
-        """The largest offset of ``topic`` published before ``when`` (0: none)."""
-        row = await self._db.one(q.OFFSET_AT, (topic, when))
-        return int(row[0]) if row else 0
-
-    # -- subscriptions -------------------------------------------------------------------------
     async def put_subscription(self, spec: SubscriptionSpec, now: float) -> Subscription:
         """Create or replace a subscription; a new one starts at ``spec.start``.
 
@@ -164,7 +100,6 @@ class PostgresEvents:
             tx.nudges.add(EVENTS_CHANNEL)
         return _subscription(_found(await moving.fetchone(), name))
 
-    # -- pushers: leases -----------------------------------------------------------------------
     async def acquire_subscriptions(
         self, holder: str, now: float, lease_seconds: float, limit: int
     ) -> list[SubscriptionLease]:
@@ -192,7 +127,6 @@ class PostgresEvents:
         if names:
             await self._db.execute(q.RELEASE, (holder, list(names)))
 
-    # -- cursors and deliveries (fenced by the lease) ------------------------------------------
     async def advance(
         self,
         lease: SubscriptionLease,
@@ -300,40 +234,6 @@ class PostgresEvents:
         return sorted(row[0] for row in rows)
 
 
-# -- parameters ----------------------------------------------------------------------------------
-_APPEND_COLUMNS = (
-    "event_id",
-    "type",
-    "source",
-    "subject",
-    "time",
-    "datacontenttype",
-    "key",
-    "data",
-)
-_FINISH_COLUMNS = (
-    "id",
-    "source",
-    "state",
-    "due_at",
-    "spent",
-    "outcome",
-    "started_at",
-    "finished_at",
-    "status",
-    "error",
-    "response",
-)
-
-
-def _append_params(topic: str, events: Sequence[NewEvent], now: float) -> dict[str, Any]:
-    rows = [
-        (e.id, e.type, e.source, e.subject, e.time, e.datacontenttype, e.key, e.data_json)
-        for e in events
-    ]
-    return {**arrays(_APPEND_COLUMNS, rows), "topic": topic, "now": now}
-
-
 def _subscription_params(spec: SubscriptionSpec, now: float) -> dict[str, Any]:
     return {
         "name": spec.name,
@@ -394,24 +294,27 @@ def _finish_row(result: DeliveryResult, now: float) -> Row:
     )
 
 
-# -- rows ----------------------------------------------------------------------------------------
 def _found(row: Row | None, name: str) -> Row:
     if row is None:
         raise SubscriptionNotFoundError(f"no subscription named {name!r}")
     return row
 
 
-def _topic(row: Row) -> TopicInfo:
-    return TopicInfo(
-        name=row[0],
-        first_offset=row[1],
-        last_offset=row[2],
-        events=row[3],
-        max_age=row[4],
-        max_events=row[5],
-    )
-
-
 def _subscription(row: Row) -> Subscription:
     """A subscription row (its target, filter and policy arrive decoded from jsonb)."""
     return subscription_from_row(row, decoded)
+
+
+_FINISH_COLUMNS = (
+    "id",
+    "source",
+    "state",
+    "due_at",
+    "spent",
+    "outcome",
+    "started_at",
+    "finished_at",
+    "status",
+    "error",
+    "response",
+)

@@ -1,6 +1,6 @@
 """Wake-ups between processes on PostgreSQL: LISTEN/NOTIFY on channels named after the schema.
 
-The NOTIFY goes inside the transaction that made the work (see :mod:`.postgres_db`); here is the
+The NOTIFY goes inside the transaction that made the work (see :mod:`.connection`); here is the
 other end: one listening connection per store, outside the pool, that reconnects with backoff by
 itself and feeds this process's listeners.
 """
@@ -8,16 +8,18 @@ itself and feeds this process's listeners.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .postgres_tx import Conn, describe, stopped
-from .wake import WakeHub
+from ...errors import StoreError
+from ..ports import Listener
+from ..wake import WakeHub
+from . import sql as q
+from .connection import NOT_OPEN, Conn, Connected, describe, stopped
 
 log = logging.getLogger("cronbus.store")
 _BACKOFF_FIRST = 0.1
@@ -30,17 +32,6 @@ _KEEPALIVES = {
     "keepalives_interval": 5,
     "keepalives_count": 3,
 }
-
-
-def channel_name(schema: str, channel: str) -> str:
-    """The NOTIFY channel of a wake-up channel in ``schema`` (``cronbus_runs`` by default).
-
-    PostgreSQL truncates longer identifiers, so names over 63 bytes are replaced by a digest.
-    """
-    name = f"{schema}_{channel}"
-    if len(name.encode()) <= 63:
-        return name
-    return "cronbus_" + hashlib.blake2b(name.encode(), digest_size=16).hexdigest()
 
 
 def listening_conninfo(conninfo: str) -> str:
@@ -184,3 +175,33 @@ class Listening:
             channel = self._by_name.get(note.channel)
             if channel is not None and note.payload != self._token:
                 self._wake((channel,))
+
+
+class PostgresWakeUps(Connected):
+    """The wake-ups role (:class:`~cronbus.store.ports.WakeUps`) of the PostgreSQL store."""
+
+    _token: str
+    _listening: Listening | None
+
+    async def listen(self, channels: Sequence[str]) -> Listener:
+        """Receive wake-ups for ``channels``, from this process and (by LISTEN) from others."""
+        if not self._db.is_open:
+            raise StoreError(NOT_OPEN)
+        listener = self._hub.add(channels)
+        if self._listening is None:
+            self._listening = Listening(
+                listening_conninfo(self._db.conninfo),
+                names=self._db.channel_name,
+                wake=self._hub.wake_local,
+                token=self._token,
+                # The listening connection is the first to see a server restart: replace the
+                # pool's idle connections before anyone runs into them.
+                lost=self._db.check_pool,
+            )
+        await self._listening.subscribe(channels)
+        return listener
+
+    async def notify(self, channels: Sequence[str]) -> None:
+        """Wake this process's listeners directly and the others' by NOTIFY."""
+        self._hub.wake_local(channels)
+        await self._db.execute(q.NOTIFY, self._db.notify_params(channels))

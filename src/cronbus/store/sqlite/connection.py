@@ -1,4 +1,5 @@
-"""The SQLite connection of a store: its threads, transactions, locks and checkpoints.
+"""The SQLite connection of a store: its threads, transactions, locks and checkpoints; and
+:class:`Connected`, the base of the store's role mixins.
 
 One connection serves a store. Calls run on a thread that owns it, so the event loop never waits
 on the disk, except short calls, which run on the loop's thread when the connection is free (a
@@ -16,13 +17,16 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from ..errors import StoreError
-from . import migrations
+from ...errors import StoreError
+from .. import migrations
+from ..wake import WakeHub
+from . import sql as q
+from .rows import Row, fetch_all, fetch_one
 
 T = TypeVar("T")
 Inline = Literal["", "read", "write"]
@@ -311,3 +315,79 @@ def _statements(script: str) -> Iterator[str]:
             if buffer.strip():
                 yield buffer
             buffer = ""
+
+
+class Connected:
+    """What the SQLite store's role mixins share: the connection, its calls and transactions,
+    and the registry of other processes' wake-up sockets."""
+
+    _database: Database
+    _hub: WakeHub
+    _registered: frozenset[str]
+    _wakeups: list[tuple[str, frozenset[str]]]
+    _wakeups_read: float
+
+    if TYPE_CHECKING:
+        # Provided by the wake-up mixin (.wake.SqliteWakeUps).
+        async def notify(self, channels: Sequence[str]) -> None: ...
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        return self._database.conn
+
+    async def _call(self, fn: Callable[..., T], *args: Any, inline: Inline = "") -> T:
+        return await self._database.call(fn, *args, inline=inline)
+
+    @contextlib.contextmanager
+    def _write(
+        self, *, durable: bool = True, wake: bool | set[str] = False
+    ) -> Iterator[sqlite3.Connection]:
+        """A write transaction. ``wake`` (or a set of channels that ends up non-empty) re-reads
+        the wake-up registry inside it, so the nudges that follow reach every listener that had
+        registered by then."""
+
+        def before_commit(conn: sqlite3.Connection) -> None:
+            if wake:
+                self._read_wakeups(conn)
+
+        with self._database.write(durable=durable, before_commit=before_commit) as conn:
+            yield conn
+
+    async def _transact(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        durable: bool = True,
+        wake: bool | set[str] = False,
+        inline: Inline = "",
+    ) -> T:
+        """``fn(conn, *args)`` in one write transaction (see :meth:`_write`), on the
+        connection's thread (see :meth:`Database.call`)."""
+        return await self._call(self._in_transaction, fn, args, durable, wake, inline=inline)
+
+    def _in_transaction(
+        self, fn: Callable[..., T], args: Sequence[Any], durable: bool, wake: bool | set[str]
+    ) -> T:
+        with self._write(durable=durable, wake=wake) as conn:
+            return fn(conn, *args)
+
+    async def _rows(self, sql: str, params: Any = (), *, inline: Inline = "") -> list[Row]:
+        """The rows of one read statement."""
+        return await self._call(fetch_all, self._db, sql, params, inline=inline)
+
+    async def _one(self, sql: str, params: Any = (), *, inline: Inline = "") -> Row | None:
+        """The first row of one read statement, if any."""
+        return await self._call(fetch_one, self._db, sql, params, inline=inline)
+
+    async def _nudge(self, channels: set[str]) -> None:
+        if channels:
+            await self.notify(sorted(channels))
+
+    def _read_wakeups(self, conn: sqlite3.Connection) -> None:
+        self._wakeups = read_wakeups(conn)
+        self._wakeups_read = time.monotonic()
+
+
+def read_wakeups(conn: sqlite3.Connection) -> list[tuple[str, frozenset[str]]]:
+    """The registered wake-up sockets and the channels each listens to."""
+    return [(a, frozenset(c.split(","))) for a, c in conn.execute(q.LIST_WAKEUPS)]

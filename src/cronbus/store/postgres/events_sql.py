@@ -1,6 +1,6 @@
 """Named SQL of the PostgreSQL event store (topics, subscriptions, leases, deliveries).
 
-As in :mod:`.postgres_sql`: tables are unqualified (the connection's ``search_path`` is the
+As in :mod:`.sql`: tables are unqualified (the connection's ``search_path`` is the
 store's schema), batches travel as binary arrays (``%(name)b``, ``unnest``), and every state
 list comes from the delivery state machine (:mod:`cronbus.events.states`), rendered as the
 partial indexes of ``0003_events.sql`` are written so that the planner matches them.
@@ -14,9 +14,9 @@ fence again, reads a snapshot taken after any takeover that got there first; a t
 
 from __future__ import annotations
 
-from ..events.states import LIVE, DeliveryEvent, DeliveryState, sources, transition
-from ..states import sql_in, sql_match
-from .event_rows import DELIVERY_COLUMNS, EVENT_COLUMNS, SUBSCRIPTION_FIELDS
+from ...events.states import LIVE, DeliveryEvent, DeliveryState, sources, transition
+from ...states import sql_in, sql_match
+from ..event_rows import DELIVERY_COLUMNS, EVENT_COLUMNS, SUBSCRIPTION_FIELDS
 
 
 def _state(state: DeliveryState) -> str:

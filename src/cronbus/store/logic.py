@@ -1,0 +1,197 @@
+"""The decisions both store backends share, each taken through the state machine; no I/O.
+
+A backend reads rows, asks this module what they become (a finished attempt, an expired lease,
+a cancel, a new run's first state, a silent worker) and which wake-up channels the change must
+nudge, then writes the answer in its own SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from ..errors import InvalidTransitionError
+from ..model import ErrorInfo, Job, Lane, NewRun, Outcome, Overlap, WorkerState
+from ..states import ACTIVE, AttemptOutcome, RunEvent, RunState, sources, transition
+from .ports import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL
+
+LEASE_EXPIRED = "LeaseExpired"
+"""The error type recorded on an attempt whose lease expired."""
+P = TypeVar("P")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finish:
+    """How a run's row changes when one of its attempts ends."""
+
+    state: RunState
+    eta: float
+    lane: Lane
+    used: int
+    lost: int
+    finished_at: float | None
+
+
+def finish(state: RunState, outcome: Outcome, eta: float, now: float) -> Finish:
+    """Decide a run's next state from its current one and how its attempt ended.
+
+    ``eta`` is the run's current due time; it changes only when a retry is scheduled.
+    """
+    used = 1 if outcome.counts else 0
+    lost = 0 if outcome.counts else 1
+    lane = Lane.FRESH
+    if outcome.outcome is AttemptOutcome.SUCCEEDED:
+        new = transition(state, RunEvent.SUCCEED)
+    elif outcome.outcome is AttemptOutcome.LOST:
+        new = transition(state, RunEvent.LOSE)
+        eta = min(eta, now)
+    else:
+        new = transition(state, RunEvent.FAIL)
+        if new is RunState.FAILED:
+            if outcome.retry_at is None:
+                new = transition(new, RunEvent.GIVE_UP)
+            else:
+                new = transition(new, RunEvent.RETRY)
+                eta, lane = outcome.retry_at, Lane.RETRY
+    return Finish(
+        state=new,
+        eta=eta,
+        lane=lane,
+        used=used,
+        lost=lost,
+        finished_at=now if new.terminal else None,
+    )
+
+
+def initial_state(eta: float, now: float) -> RunState:
+    """A new run's first state: waiting for a worker if due, else for its time."""
+    return RunState.QUEUED if eta <= now else RunState.SCHEDULED
+
+
+def lease_lost(
+    run_id: int, attempt_id: int, state: RunState, lost: int, max_lost: int, eta: float, now: float
+) -> tuple[Finish, Outcome]:
+    """What a run whose lease expired becomes, and its attempt's (lost) outcome.
+
+    A lost attempt sends the run back to the queue without spending an attempt; one lost
+    ``max_lost`` times is given up on as if it had failed (a task that kills its worker would
+    otherwise be retried forever).
+    """
+    new = transition(state, RunEvent.LOSE)
+    message = "the worker holding the lease stopped renewing it"
+    if new in sources(RunEvent.CLAIM) and lost + 1 >= max_lost:
+        new = transition(transition(state, RunEvent.FAIL), RunEvent.GIVE_UP)
+        message += f"; lost {lost + 1} times, so the run is dead"
+    change = Finish(
+        state=new,
+        eta=min(eta, now),
+        lane=Lane.FRESH,
+        used=0,
+        lost=1,
+        finished_at=now if new.terminal else None,
+    )
+    outcome = Outcome(
+        run_id=run_id,
+        attempt_id=attempt_id,
+        outcome=AttemptOutcome.LOST,
+        error=ErrorInfo(type=LEASE_EXPIRED, message=message),
+        counts=False,
+    )
+    return change, outcome
+
+
+def cancel_state(run_id: int, state: RunState) -> RunState:
+    """A run's state after a cancel: cancelled if it waits, cancelling if it runs."""
+    if state not in sources(RunEvent.CANCEL):
+        raise InvalidTransitionError(f"run {run_id} is {state.value}; it cannot be cancelled")
+    return transition(state, RunEvent.CANCEL)
+
+
+def wakeups(state: RunState, concurrency_key: str | None = None) -> frozenset[str]:
+    """The wake-up channels to nudge after a run moved to ``state``.
+
+    A run that waits for a worker (new, retried, requeued, lost) may be claimable or change the
+    earliest due time that idle workers sleep towards; a run asked to cancel must be told by its
+    worker; a run with a concurrency key that stopped running lets the runs queued behind it go.
+    """
+    channels: set[str] = set()
+    if state in sources(RunEvent.CLAIM) | sources(RunEvent.DUE):
+        channels.add(RUNS_CHANNEL)
+    if state is transition(RunState.RUNNING, RunEvent.CANCEL):
+        channels.add(CONTROL_CHANNEL)
+    if concurrency_key is not None and state not in ACTIVE:
+        channels.add(RUNS_CHANNEL)
+    return frozenset(channels)
+
+
+JOB_FOLLOW_UP_WAKEUPS = frozenset({JOBS_CHANNEL, RUNS_CHANNEL})
+"""The channels to nudge after a job's run ended and the job planned its next fire or fired its
+children: schedulers plan again, workers may claim the new runs."""
+
+
+def holds_cancelling(state: RunState) -> bool:
+    """Whether a held attempt's run was asked to cancel (its worker must stop it)."""
+    return state is transition(RunState.RUNNING, RunEvent.CANCEL)
+
+
+def worker_state(state: WorkerState, heartbeat_at: float, silent_since: float) -> WorkerState:
+    """A registered worker's state as reported: lost if silent since before ``silent_since``."""
+    if state is not WorkerState.STOPPED and heartbeat_at < silent_since:
+        return WorkerState.LOST
+    return state
+
+
+def job_run(job: Job, fire_at: float, eta: float) -> NewRun:
+    """The run of ``job`` for its fire at ``fire_at``, due at ``eta``."""
+    spec = job.spec
+    return NewRun(
+        task=spec.task,
+        queue=spec.queue,
+        args_json=spec.args_json,
+        kwargs_json=spec.kwargs_json,
+        priority=spec.priority,
+        eta=eta,
+        max_attempts=spec.max_attempts,
+        timeout=spec.timeout,
+        job_id=job.id,
+        fire_at=fire_at,
+        concurrency_key=None if spec.overlap is Overlap.ALLOW else f"job:{job.id}",
+        overlap=spec.overlap,
+    )
+
+
+def overlap_decisions(
+    picks: Sequence[P],
+    busy: Mapping[str, Sequence[int]],
+    policy: Callable[[P], tuple[str | None, str | None]],
+) -> tuple[list[P], list[P], list[int]]:
+    """Apply job overlap policies among picked runs that share a concurrency key.
+
+    ``busy`` maps keys to the ids of their running runs; ``policy`` gives a pick's key and
+    overlap. Returns the runs to start, those to end ``skipped``, and the busy runs to cancel:
+    a ``queue`` run whose key is busy (or taken earlier in this batch) waits; a ``skip`` one
+    ends skipped; a ``replace`` one asks the busy runs to cancel and starts.
+    """
+    waiting = {key: list(ids) for key, ids in busy.items()}
+    kept: list[P] = []
+    skipped: list[P] = []
+    cancel: list[int] = []
+    taken: set[str] = set()
+    for pick in picks:
+        key, name = policy(pick)
+        overlap = Overlap(name or Overlap.ALLOW)
+        if key is None or overlap is Overlap.ALLOW:
+            kept.append(pick)
+        elif key in waiting and overlap is Overlap.REPLACE and key not in taken:
+            cancel.extend(waiting.pop(key))
+            kept.append(pick)
+        elif key in waiting or key in taken:
+            if overlap is Overlap.SKIP:
+                skipped.append(pick)
+            # QUEUE (or a second REPLACE in one batch): it waits for the next claim.
+        else:
+            kept.append(pick)
+        if key is not None:
+            taken.add(key)
+    return kept, skipped, cancel

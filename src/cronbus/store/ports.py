@@ -1,0 +1,368 @@
+"""The store's roles, as protocols: the one shared state of cronbus, seen by each of its users.
+
+Every role talks to the store only through these protocols; :class:`Store` composes them all
+and each backend (:mod:`.sqlite`, :mod:`.postgres`) implements it, which mypy checks (each
+backend's package asserts it at import), and ``tests/contract`` runs one suite against each.
+The store never reads the clock: callers pass ``now`` so tests can move time. Every method that
+changes a run derives its allowed ``from`` states from :mod:`cronbus.states`; the decisions both
+backends share are in :mod:`.logic`.
+
+A subscription's pusher is held by one dispatcher at a time through a lease; every change a
+holder makes (moving the cursor, taking and finishing deliveries) is fenced by the lease's
+``epoch``, so a dispatcher that lost its lease (paused, cut off) cannot change anything.
+The cursor only moves together with the recording of the deliveries it passes (invariant 4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..events.records import (
+    Appended,
+    Delivery,
+    DeliveryAttempt,
+    DeliveryFilter,
+    DeliveryResult,
+    EventRecord,
+    NewDelivery,
+    NewEvent,
+    Subscription,
+    SubscriptionLease,
+    SubscriptionSpec,
+    TopicInfo,
+)
+from ..events.states import DeliveryState
+from ..model import (
+    Attempt,
+    ClaimedRun,
+    ClaimRequest,
+    Deferred,
+    Fire,
+    Job,
+    JobSpec,
+    NewRun,
+    Outcome,
+    Run,
+    RunFilter,
+    WorkerInfo,
+    WorkerState,
+)
+from ..states import RunState
+
+RUNS_CHANNEL = "runs"
+"""Wake-up channel: new or requeued runs may be claimable."""
+CONTROL_CHANNEL = "control"
+"""Wake-up channel: a running run was asked to cancel."""
+JOBS_CHANNEL = "jobs"
+"""Wake-up channel: a job was added, changed, or is waiting for its next fire to be planned."""
+EVENTS_CHANNEL = "events"
+"""Wake-up channel: events were appended, or deliveries became due (a replay, a requeue)."""
+SUBSCRIPTIONS_CHANNEL = "subscriptions"
+"""Wake-up channel: a subscription was added, changed, resumed or removed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldAttempt:
+    """An attempt a worker still holds after a heartbeat, and whether it must stop."""
+
+    run_id: int
+    attempt_id: int
+    cancelling: bool
+
+
+class Listener(Protocol):
+    """Wake-ups for one consumer; polling stays the safety net, never the source of latency."""
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait until a wake-up arrives or ``timeout`` seconds pass; True if woken."""
+
+    async def close(self) -> None:
+        """Stop listening."""
+
+
+class Lifecycle(Protocol):
+    """Opening and closing a store."""
+
+    url: str
+
+    async def open(self) -> None:
+        """Connect and apply pending migrations."""
+
+    async def close(self) -> None:
+        """Release connections and wake-up sockets."""
+
+    async def schema_version(self) -> int:
+        """The newest migration applied."""
+
+
+class Runs(Protocol):
+    """Runs: created, cancelled, requeued and read."""
+
+    async def defer(self, runs: Sequence[NewRun], now: float) -> list[Deferred]:
+        """Create runs durably, in one transaction; a known idempotency key returns its run."""
+
+    async def cancel(self, run_id: int, now: float) -> RunState:
+        """Cancel a run: at once if it waits, via ``cancelling`` if it runs."""
+
+    async def requeue(self, run_ids: Sequence[int] | None, now: float) -> list[int]:
+        """Queue dead or cancelled runs again with a fresh retry budget (None: all dead runs)."""
+
+    async def get_run(self, run_id: int) -> Run:
+        """One run, or :class:`~cronbus.errors.RunNotFoundError`."""
+
+    async def get_runs(self, run_ids: Sequence[int]) -> list[Run]:
+        """Several runs by id, in no particular order; unknown ids are left out."""
+
+    async def list_runs(self, filter: RunFilter) -> list[Run]:
+        """Runs matching ``filter``, newest first."""
+
+    async def list_attempts(self, run_id: int) -> list[Attempt]:
+        """A run's attempts, oldest first."""
+
+    async def count_runs(self) -> dict[RunState, int]:
+        """How many runs are in each state."""
+
+    async def next_eta(self, queues: Sequence[str]) -> float | None:
+        """When the earliest scheduled run of these queues becomes due, if any."""
+
+
+class RunLeases(Protocol):
+    """Leases on runs: taken by a claim, ended by a completion, renewed, reaped when expired."""
+
+    async def claim(self, request: ClaimRequest, now: float) -> list[ClaimedRun]:
+        """Atomically move due runs to ``running`` under a lease, fairly over the queues."""
+
+    async def complete(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
+        """Record ended attempts; each is fenced by its attempt id (False: no longer held)."""
+
+    async def complete_and_claim(
+        self, outcomes: Sequence[Outcome], request: ClaimRequest, now: float
+    ) -> tuple[list[bool], list[ClaimedRun]]:
+        """:meth:`complete` then :meth:`claim`, in one transaction (a busy worker's loop)."""
+
+    async def heartbeat(
+        self, worker_id: str, now: float, lease_seconds: float
+    ) -> list[HeldAttempt]:
+        """Renew the worker's leases and registry entry; return the attempts it still holds."""
+
+    async def reap(self, now: float, max_lost: int) -> list[int]:
+        """Turn expired leases into lost attempts and requeue their runs; return run ids."""
+
+    async def age_retries(self, now: float, after: float) -> int:
+        """Move retries queued for longer than ``after`` seconds into the fresh lane."""
+
+
+class Jobs(Protocol):
+    """Jobs (recurring runs) and the calendars they skip."""
+
+    async def put_job(
+        self, spec: JobSpec, next_fire_at: float | None, now: float, *, create: bool = False
+    ) -> Job:
+        """Create or replace the job named ``spec.name`` (its fire count and id are kept).
+
+        With ``create`` the name must be new: an existing job is left as it is and
+        :class:`~cronbus.errors.JobExistsError` raised, in the same statement (no race).
+        """
+
+    async def put_jobs(self, jobs: Sequence[tuple[JobSpec, float | None]], now: float) -> None:
+        """Create or replace several jobs (spec, next fire) in one transaction (a sync)."""
+
+    async def get_job(self, name: str) -> Job:
+        """One job, or :class:`~cronbus.errors.JobNotFoundError`."""
+
+    async def list_jobs(self) -> list[Job]:
+        """Every job, by name."""
+
+    async def set_job_paused(
+        self, name: str, paused: bool, next_fire_at: float | None, now: float
+    ) -> Job:
+        """Pause a job, or resume it with its next fire planned anew."""
+
+    async def disable_jobs(self, names: Sequence[str], now: float) -> list[str]:
+        """Stop jobs removed from the code from firing, keeping them; return those changed."""
+
+    async def delete_job(self, name: str) -> None:
+        """Delete a job; its runs stay."""
+
+    async def due_jobs(self, until: float, limit: int) -> list[Job]:
+        """Active jobs whose next fire is at or before ``until``, earliest first."""
+
+    async def fire(self, fires: Sequence[Fire], now: float) -> list[bool]:
+        """Apply fires in one transaction; each only if its job's next fire is as expected."""
+
+    async def next_job_fire(self) -> float | None:
+        """The earliest planned fire of any active job."""
+
+    async def put_calendar(self, name: str, days: Sequence[str]) -> None:
+        """Replace the dates of a named calendar (ISO dates on which jobs using it don't fire)."""
+
+    async def get_calendars(self) -> dict[str, frozenset[str]]:
+        """Every calendar, with its dates."""
+
+
+class Workers(Protocol):
+    """The registry of workers."""
+
+    async def register_worker(self, worker: WorkerInfo) -> None:
+        """Add or replace a worker in the registry."""
+
+    async def set_worker_state(self, worker_id: str, state: WorkerState, now: float) -> None:
+        """Mark a worker draining or stopped."""
+
+    async def list_workers(self, now: float, lease_seconds: float) -> list[WorkerInfo]:
+        """Registered workers; those silent for longer than a lease are reported lost."""
+
+    async def prune_workers(self, silent_since: float) -> list[str]:
+        """Delete the registry rows of workers silent since before ``silent_since`` and
+        holding no run; return their ids."""
+
+
+class WakeUps(Protocol):
+    """Wake-ups between processes; polling stays the safety net."""
+
+    async def listen(self, channels: Sequence[str]) -> Listener:
+        """Start receiving wake-ups for ``channels``."""
+
+    async def notify(self, channels: Sequence[str]) -> None:
+        """Wake the listeners of ``channels`` in every process."""
+
+
+class Events(Protocol):
+    """Topics and their events."""
+
+    async def append(self, topic: str, events: Sequence[NewEvent], now: float) -> list[Appended]:
+        """Append events durably, in one transaction, at increasing offsets of ``topic``.
+
+        An id already in the topic is stored once: its entry reports the stored offset and
+        ``created=False``. Offsets are given in commit order, so a reader that has seen offset
+        N will never later find a new event below N.
+        """
+
+    async def read_events(self, topic: str, after: int, limit: int) -> list[EventRecord]:
+        """Events of ``topic`` with offsets above ``after``, in offset order."""
+
+    async def get_topic(self, topic: str) -> TopicInfo:
+        """A topic's offsets and retention (an unknown topic is empty, at offset 0)."""
+
+    async def list_topics(self) -> list[TopicInfo]:
+        """Every topic with events or settings, by name."""
+
+    async def set_retention(
+        self, topic: str, max_age: float | None, max_events: int | None
+    ) -> None:
+        """Keep events of ``topic`` at most ``max_age`` seconds and ``max_events`` (None: any)."""
+
+    async def trim(self, now: float) -> int:
+        """Apply every topic's retention; never removes an event a live delivery still needs.
+
+        Returns how many events were removed.
+        """
+
+    async def offset_at(self, topic: str, when: float) -> int:
+        """The offset of the last event of ``topic`` published before ``when`` (0: none)."""
+
+
+class Subscriptions(Protocol):
+    """Subscriptions: definitions, cursors and deliveries (fenced by the pusher's lease)."""
+
+    async def put_subscription(self, spec: SubscriptionSpec, now: float) -> Subscription:
+        """Create or replace a subscription's definition; its cursor, lease and state are kept.
+
+        A new subscription's cursor starts at the topic's end (``start="latest"``) or before
+        its first event (``start="earliest"``).
+        """
+
+    async def get_subscription(self, name: str) -> Subscription:
+        """One subscription, or :class:`~cronbus.errors.SubscriptionNotFoundError`."""
+
+    async def list_subscriptions(self, topic: str | None = None) -> list[Subscription]:
+        """Every subscription (of ``topic``), by name."""
+
+    async def set_subscription_paused(
+        self, name: str, paused: bool, reason: str | None, now: float
+    ) -> Subscription:
+        """Pause (with a reason: disabled, e.g. by a 410) or resume a subscription."""
+
+    async def delete_subscription(self, name: str) -> None:
+        """Delete a subscription and its deliveries."""
+
+    async def replay(self, name: str, after: int, now: float) -> Subscription:
+        """Move the cursor back (or on) to ``after``: events above it are matched and pushed
+        again, through the same machinery, as new deliveries.
+
+        The lease is let go, fencing the holder: the next holder starts from ``after``.
+        """
+
+    async def advance(
+        self,
+        lease: SubscriptionLease,
+        cursor: int,
+        deliveries: Sequence[NewDelivery],
+        now: float,
+    ) -> bool:
+        """Record ``deliveries`` (pending, due now) and move the cursor to ``cursor``, in one
+        transaction; False (and nothing done) if the lease is no longer held."""
+
+    async def take_deliveries(
+        self, lease: SubscriptionLease, now: float, fresh: int, retry: int
+    ) -> list[Delivery]:
+        """Move up to ``fresh`` due pending and ``retry`` due retry deliveries in flight and
+        return them with their events, oldest offset first.
+
+        For an ``ordered`` subscription only the earliest live (pending, in flight or retry)
+        delivery of each key can be taken: a failing event holds back its own key only.
+        """
+
+    async def finish_deliveries(
+        self, lease: SubscriptionLease, results: Sequence[DeliveryResult], now: float
+    ) -> list[bool]:
+        """Record pushes that ended (acked, retry or dead) with their attempts; each False if
+        the lease is lost or the delivery no longer in flight."""
+
+    async def next_delivery_due(self, subscription: str) -> float | None:
+        """When the earliest pending or retry delivery of ``subscription`` is due."""
+
+    async def get_delivery(self, delivery_id: int) -> Delivery:
+        """One delivery with its event, or :class:`~cronbus.errors.DeliveryNotFoundError`."""
+
+    async def list_deliveries(self, filter: DeliveryFilter) -> list[Delivery]:
+        """Deliveries matching ``filter``, newest first (without their events)."""
+
+    async def list_delivery_attempts(self, delivery_id: int) -> list[DeliveryAttempt]:
+        """A delivery's attempts, oldest first."""
+
+    async def count_deliveries(self, subscription: str) -> dict[DeliveryState, int]:
+        """How many deliveries of ``subscription`` are in each state."""
+
+    async def requeue_deliveries(
+        self, delivery_ids: Sequence[int] | None, now: float, subscription: str | None = None
+    ) -> list[int]:
+        """Push dead deliveries again with a fresh attempt budget (None: every dead one, of
+        ``subscription`` if given); return their ids."""
+
+
+class SubscriptionLeases(Protocol):
+    """Leases on subscriptions' pushers, held by one dispatcher at a time."""
+
+    async def acquire_subscriptions(
+        self, holder: str, now: float, lease_seconds: float, limit: int
+    ) -> list[SubscriptionLease]:
+        """Renew ``holder``'s leases and take free or expired ones, up to ``limit`` in all.
+
+        Paused subscriptions are neither taken nor renewed. Taking one bumps its epoch and
+        puts its in-flight deliveries (from a holder that died) back to ``pending``.
+        Returns every lease ``holder`` now has.
+        """
+
+    async def release_subscriptions(self, holder: str, names: Sequence[str]) -> None:
+        """Give up leases (a dispatcher stopping), so others take them at once."""
+
+
+class EventStore(Events, Subscriptions, SubscriptionLeases, Protocol):
+    """What every store provides for the event bus."""
+
+
+class Store(Lifecycle, Runs, RunLeases, Jobs, Workers, WakeUps, EventStore, Protocol):
+    """What every store backend provides: every role."""

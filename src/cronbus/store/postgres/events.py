@@ -1,0 +1,108 @@
+"""Topics and events in the PostgreSQL store.
+
+An append is one pipelined transaction in one round trip, whatever the batch (lock the topic,
+insert, NOTIFY, commit); it waits for the server's disk at commit, like a defer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ...events.records import (
+    Appended,
+    EventRecord,
+    NewEvent,
+    TopicInfo,
+)
+from ..event_rows import event_from_row
+from ..ports import EVENTS_CHANNEL
+from . import events_sql as q
+from .connection import Connected, Row
+from .rows import arrays
+
+
+class PostgresEvents(Connected):
+    """The events role (:class:`~cronbus.store.ports.Events`) of the PostgreSQL store."""
+
+    async def append(self, topic: str, events: Sequence[NewEvent], now: float) -> list[Appended]:
+        """Append events durably at increasing offsets, in one round trip (see the SQL for how
+        offsets follow commit order); a repeated id reports its stored offset."""
+        if not events:
+            return []
+        async with self._db.transaction() as tx:
+            await tx.queue(q.LOCK_TOPIC, {"topic": topic, "now": now})
+            appending = await tx.queue(q.APPEND, _append_params(topic, events, now))
+            tx.nudges.add(EVENTS_CHANNEL)
+        rows = await appending.fetchall()
+        return [
+            Appended(id=event.id, offset=offset, created=created)
+            for event, (offset, created) in zip(events, rows, strict=True)
+        ]
+
+    async def read_events(self, topic: str, after: int, limit: int) -> list[EventRecord]:
+        """Events of ``topic`` above ``after``, in offset order (a primary key range)."""
+        return [
+            event_from_row(row) for row in await self._db.rows(q.READ_EVENTS, (topic, after, limit))
+        ]
+
+    async def get_topic(self, topic: str) -> TopicInfo:
+        """A topic's offsets and retention; an unknown topic is empty (and is not created)."""
+        row = await self._db.one(q.GET_TOPIC, (topic,))
+        return (
+            _topic(row)
+            if row
+            else TopicInfo(name=topic, first_offset=None, last_offset=0, events=0)
+        )
+
+    async def list_topics(self) -> list[TopicInfo]:
+        """Every topic with events or settings, by name."""
+        return [_topic(row) for row in await self._db.rows(q.LIST_TOPICS)]
+
+    async def set_retention(
+        self, topic: str, max_age: float | None, max_events: int | None
+    ) -> None:
+        """Keep events of ``topic`` at most ``max_age`` seconds and ``max_events`` (None: any)."""
+        params = {"topic": topic, "max_age": max_age, "max_events": max_events}
+        await self._db.execute(q.SET_RETENTION, params)
+
+    async def trim(self, now: float) -> int:
+        """Apply every topic's retention in one statement; events of live deliveries stay."""
+        row = await self._db.one(q.TRIM, {"now": now})
+        return int(row[0]) if row else 0
+
+    async def offset_at(self, topic: str, when: float) -> int:
+        """The largest offset of ``topic`` published before ``when`` (0: none)."""
+        row = await self._db.one(q.OFFSET_AT, (topic, when))
+        return int(row[0]) if row else 0
+
+
+def _append_params(topic: str, events: Sequence[NewEvent], now: float) -> dict[str, Any]:
+    rows = [
+        (e.id, e.type, e.source, e.subject, e.time, e.datacontenttype, e.key, e.data_json)
+        for e in events
+    ]
+    return {**arrays(_APPEND_COLUMNS, rows), "topic": topic, "now": now}
+
+
+def _topic(row: Row) -> TopicInfo:
+    return TopicInfo(
+        name=row[0],
+        first_offset=row[1],
+        last_offset=row[2],
+        events=row[3],
+        max_age=row[4],
+        max_events=row[5],
+    )
+
+
+_APPEND_COLUMNS = (
+    "event_id",
+    "type",
+    "source",
+    "subject",
+    "time",
+    "datacontenttype",
+    "key",
+    "data",
+)

@@ -1,0 +1,178 @@
+"""Leases on runs in the PostgreSQL store: claims, completions, heartbeats and the reaper.
+
+A claim locks its candidates with ``FOR UPDATE SKIP LOCKED`` as it reads them, so claimers never
+wait for each other; a completion is fenced inside its UPDATE (attempt id and state). A worker's
+turn (complete N attempts, claim M runs) is seven statements in two round trips whatever N and M.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...model import (
+    ClaimedRun,
+    ClaimRequest,
+    Outcome,
+)
+from ...states import RunState
+from ..logic import holds_cancelling, lease_lost, overlap_decisions, wakeups
+from ..ports import HeldAttempt
+from . import sql as q
+from .connection import Connected, Cursor, Row, Tx
+from .jobs import after_triggers, runs_ended
+from .rows import (
+    Pick,
+    attempt_row,
+    claimed_runs,
+    complete_params,
+    fenced,
+    finish_params,
+    first_per_run,
+    lost_change,
+)
+
+_REAP_BATCH = 1000
+_KEY_LOCK_SPACE = 0x63627573
+"""First key of the advisory locks on concurrency keys ('cbus'), apart from other users'."""
+_NO_CLAIM = ClaimRequest(worker_id="", queues=(), limit=0, lease_seconds=0.0)
+
+
+class PostgresLeases(Connected):
+    """The run leases role (:class:`~cronbus.store.ports.RunLeases`) of the PostgreSQL store."""
+
+    async def claim(self, request: ClaimRequest, now: float) -> list[ClaimedRun]:
+        """Promote due runs, then claim up to ``request.limit`` of them under a lease."""
+        _, claimed = await self.complete_and_claim([], request, now)
+        return claimed
+
+    async def complete(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
+        """Record ended attempts in one transaction, each fenced by its attempt id."""
+        if not outcomes:
+            return []
+        done, _ = await self.complete_and_claim(outcomes, _NO_CLAIM, now)
+        return done
+
+    async def complete_and_claim(
+        self, outcomes: Sequence[Outcome], request: ClaimRequest, now: float
+    ) -> tuple[list[bool], list[ClaimedRun]]:
+        """Record ended attempts and claim the next runs: one transaction, two round trips."""
+        wants = request.limit > 0 and bool(request.queues)
+        if not outcomes and not wants:
+            return [], []
+        eligible = first_per_run(outcomes)
+        async with self._db.transaction(durable=False) as tx:
+            completing = await self._queue_complete(tx, eligible, now)
+            picking = await self._queue_pick(tx, request, now) if wants else None
+            ended = await completing.fetchall() if completing else []
+            picks = [Pick(*row) for row in await picking.fetchall()] if picking else []
+            await self._completed(tx, ended, now)
+            picks = await self._apply_overlap(tx, picks, now)
+            starting = await self._queue_start(tx, picks, request, now)
+        claimed = claimed_runs(picks, await starting.fetchall()) if starting else []
+        return fenced(outcomes, ended), claimed
+
+    async def _queue_complete(
+        self, tx: Tx, outcomes: Sequence[Outcome], now: float
+    ) -> Cursor | None:
+        if not outcomes:
+            return None
+        return await tx.queue(q.COMPLETE, complete_params(outcomes, now))
+
+    async def _queue_pick(self, tx: Tx, request: ClaimRequest, now: float) -> Cursor:
+        await tx.queue(q.PROMOTE_DUE, {"now": now})
+        params = {
+            "queues": [share.name for share in request.queues],
+            "limits": [share.limit for share in request.queues],
+            "limit": request.limit,
+            "worker": request.worker_id,
+        }
+        return await tx.queue(q.PICK, params)
+
+    async def _queue_start(
+        self, tx: Tx, picks: Sequence[Pick], request: ClaimRequest, now: float
+    ) -> Cursor | None:
+        if not picks:
+            return None
+        params = {
+            "ids": [pick.id for pick in picks],
+            "worker": request.worker_id,
+            "expires": now + request.lease_seconds,
+            "now": now,
+        }
+        return await tx.queue(q.START, params)
+
+    async def _completed(self, tx: Tx, ended: Sequence[Row], now: float) -> None:
+        """Wake-ups and job follow-ups of the attempts that ended (rows of ``COMPLETE``)."""
+        triggers: dict[int, str] = {}
+        parents: list[int] = []
+        for _, _, state, job_id, key, has_children, after_trigger in ended:
+            new = RunState(state)
+            tx.nudges.update(wakeups(new, key))
+            if job_id is not None and new.terminal:
+                if after_trigger is not None:
+                    triggers[job_id] = after_trigger
+                if new is RunState.SUCCEEDED and has_children:
+                    parents.append(job_id)
+        await runs_ended(tx, triggers, parents, now)
+
+    async def _apply_overlap(self, tx: Tx, picks: list[Pick], now: float) -> list[Pick]:
+        """Job overlap policies among picked runs that share a concurrency key.
+
+        Claimers lock the keys first, so two of them cannot both find a key free.
+        """
+        keys = sorted({p.concurrency_key for p in picks if p.concurrency_key is not None})
+        if not keys:
+            return picks
+        await tx.queue(q.KEY_LOCKS, {"space": _KEY_LOCK_SPACE, "keys": keys})
+        busy: dict[str, list[int]] = {}
+        for key, run_id in await tx.rows(q.ACTIVE_KEYS, {"keys": keys}):
+            busy.setdefault(key, []).append(run_id)
+        kept, skipped, cancel = overlap_decisions(
+            picks, busy, lambda p: (p.concurrency_key, p.overlap)
+        )
+        if cancel:
+            await tx.queue(q.CANCEL_RUNNING, {"ids": cancel, "now": now})
+            tx.nudges.update(wakeups(RunState.CANCELLING))
+        if skipped:
+            await tx.queue(q.SKIP_RUNS, {"ids": [p.id for p in skipped], "now": now})
+            ended = [p.job_id for p in skipped if p.job_id is not None]
+            ending = await after_triggers(tx, ended)
+            await runs_ended(tx, ending, [], now)
+        return kept
+
+    async def heartbeat(
+        self, worker_id: str, now: float, lease_seconds: float
+    ) -> list[HeldAttempt]:
+        """Renew every lease the worker holds, and its registry entry, in one statement."""
+        params = {"now": now, "worker": worker_id, "expires": now + lease_seconds}
+        return [
+            HeldAttempt(run_id=r[0], attempt_id=r[1], cancelling=holds_cancelling(RunState(r[2])))
+            for r in await self._db.rows(q.HEARTBEAT, params)
+        ]
+
+    async def reap(self, now: float, max_lost: int) -> list[int]:
+        """Requeue the runs of expired leases; a run lost ``max_lost`` times becomes dead."""
+        async with self._db.transaction(durable=False) as tx:
+            rows = await tx.rows(q.EXPIRED, {"now": now, "limit": _REAP_BATCH})
+            if rows:
+                await self._reap_rows(tx, rows, now, max_lost)
+        return [row[0] for row in rows]
+
+    async def _reap_rows(self, tx: Tx, rows: Sequence[Row], now: float, max_lost: int) -> None:
+        changes, attempts, ended = [], [], []
+        for run_id, attempt_id, state, lost, eta, job_id in rows:
+            change, outcome = lease_lost(
+                run_id, attempt_id, RunState(state), lost, max_lost, eta, now
+            )
+            tx.nudges.update(wakeups(change.state))
+            if change.state.terminal and job_id is not None:
+                ended.append(job_id)
+            changes.append(lost_change(run_id, attempt_id, state, change))
+            attempts.append(attempt_row(outcome))
+        await tx.queue(q.COMPLETE, finish_params(changes, attempts, now))
+        ending = await after_triggers(tx, ended)
+        await runs_ended(tx, ending, [], now)
+
+    async def age_retries(self, now: float, after: float) -> int:
+        """Promote retries that waited ``after`` seconds to the fresh lane."""
+        return await self._db.execute(q.AGE_RETRIES, {"cutoff": now - after})

@@ -1,0 +1,125 @@
+"""Runs in the PostgreSQL store: created, cancelled, requeued and read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...errors import (
+    RunNotFoundError,
+    StoreError,
+)
+from ...model import (
+    Attempt,
+    Deferred,
+    NewRun,
+    Run,
+    RunFilter,
+)
+from ...states import RunState
+from ..logic import cancel_state, wakeups
+from ..rows import attempt_from_row, run_from_row
+from . import sql as q
+from .connection import Connected, Cursor
+from .jobs import after_triggers, runs_ended
+from .rows import (
+    insert_runs,
+)
+
+
+class PostgresRuns(Connected):
+    """The runs role (:class:`~cronbus.store.ports.Runs`) of the PostgreSQL store."""
+
+    async def defer(self, runs: Sequence[NewRun], now: float) -> list[Deferred]:
+        """Create runs in one transaction (one round trip); a known key returns its run."""
+        if not runs:
+            return []
+        async with self._db.transaction() as tx:
+            inserting = await insert_runs(tx, runs, now)
+            tx.nudges.update(wakeups(RunState.QUEUED))
+        return await self._deferred(inserting, runs)
+
+    async def _deferred(self, inserting: Cursor, runs: Sequence[NewRun]) -> list[Deferred]:
+        rows = await inserting.fetchall()
+        out = []
+        for run, (created, run_id) in zip(runs, rows, strict=True):
+            if run_id is None:
+                # Another transaction committed this key after our statement's snapshot.
+                run_id = await self._existing_run(run)
+            out.append(Deferred(id=run_id, created=created))
+        return out
+
+    async def _existing_run(self, run: NewRun) -> int:
+        params = {"key": run.idempotency_key, "job_id": run.job_id, "fire_at": run.fire_at}
+        row = await self._db.one(q.RUN_BY_KEY_OR_FIRE, params)
+        if row is None or row[0] is None:
+            what = run.idempotency_key or f"job {run.job_id} at {run.fire_at}"
+            raise StoreError(f"the existing run of {what!r} could not be read")
+        return int(row[0])
+
+    async def cancel(self, run_id: int, now: float) -> RunState:
+        """Cancel a waiting run at once, or ask a running one to stop."""
+        async with self._db.transaction() as tx:
+            rows = await tx.rows(q.RUN_STATE, (run_id,))
+            if not rows:
+                raise RunNotFoundError(f"no run has id {run_id}")
+            old, job_id = RunState(rows[0][0]), rows[0][1]
+            new = cancel_state(run_id, old)
+            if new is not old:
+                finished_at = now if new.terminal else None
+                params = {"new": new.value, "old": old.value, "id": run_id, "now": now}
+                await tx.queue(q.SET_STATE, {**params, "finished_at": finished_at})
+            tx.nudges.update(wakeups(new))
+            if new.terminal and job_id is not None:
+                ending = await after_triggers(tx, [job_id])
+                await runs_ended(tx, ending, [], now)
+        return new
+
+    async def requeue(self, run_ids: Sequence[int] | None, now: float) -> list[int]:
+        """Queue dead (or cancelled, when named) runs again, with a fresh retry budget."""
+        async with self._db.transaction() as tx:
+            if run_ids is None:
+                rows = await tx.rows(q.REQUEUE_ALL_DEAD, {"now": now})
+            else:
+                rows = await tx.rows(q.REQUEUE_IDS, {"now": now, "ids": list(run_ids)})
+            if rows:
+                tx.nudges.update(wakeups(RunState.QUEUED))
+        return sorted(row[0] for row in rows)
+
+    async def get_run(self, run_id: int) -> Run:
+        """One run by id."""
+        row = await self._db.one(q.GET_RUN, (run_id,))
+        if row is None:
+            raise RunNotFoundError(f"no run has id {run_id}")
+        return run_from_row(row)
+
+    async def get_runs(self, run_ids: Sequence[int]) -> list[Run]:
+        """Several runs by id."""
+        return [run_from_row(row) for row in await self._db.rows(q.GET_RUNS, (list(run_ids),))]
+
+    async def list_runs(self, filter: RunFilter) -> list[Run]:
+        """Runs matching ``filter``, newest first."""
+        values = {
+            "states": [state.value for state in filter.states] or None,
+            "task": filter.task,
+            "queue": filter.queue,
+            "job_id": filter.job_id,
+            "before_id": filter.before_id,
+        }
+        given = {name: value for name, value in values.items() if value is not None}
+        where = " AND ".join(q.RUN_FILTERS[name] for name in given)
+        query = q.LIST_RUNS + (f" WHERE {where}" if where else "") + q.LIST_RUNS_ORDER
+        rows = await self._db.rows(query, [*given.values(), filter.limit])
+        return [run_from_row(row) for row in rows]
+
+    async def list_attempts(self, run_id: int) -> list[Attempt]:
+        """A run's attempts, oldest first."""
+        return [attempt_from_row(row) for row in await self._db.rows(q.LIST_ATTEMPTS, (run_id,))]
+
+    async def count_runs(self) -> dict[RunState, int]:
+        """How many runs are in each state."""
+        return {RunState(state): count for state, count in await self._db.rows(q.COUNT_RUNS)}
+
+    async def next_eta(self, queues: Sequence[str]) -> float | None:
+        """When the next scheduled run of ``queues`` is due."""
+        row = await self._db.one(q.NEXT_ETA, (list(queues),))
+        return None if row is None or row[0] is None else float(row[0])

@@ -1,0 +1,47 @@
+"""The registry of workers in the PostgreSQL store."""
+
+from __future__ import annotations
+
+from ...model import (
+    WorkerInfo,
+    WorkerState,
+)
+from . import sql as q
+from .connection import Connected
+from .rows import (
+    worker_from_row,
+)
+
+
+class PostgresWorkers(Connected):
+    """The workers role (:class:`~cronbus.store.ports.Workers`) of the PostgreSQL store."""
+
+    async def register_worker(self, worker: WorkerInfo) -> None:
+        """Add or replace a worker in the registry."""
+        row = (
+            worker.id,
+            worker.host,
+            worker.pid,
+            list(worker.queues),
+            list(worker.labels),
+            worker.concurrency,
+            worker.version,
+            worker.started_at,
+            worker.heartbeat_at,
+            worker.state.value,
+        )
+        await self._db.execute(q.UPSERT_WORKER, row)
+
+    async def set_worker_state(self, worker_id: str, state: WorkerState, now: float) -> None:
+        """Mark a worker draining or stopped."""
+        await self._db.execute(q.SET_WORKER_STATE, (state.value, now, worker_id))
+
+    async def prune_workers(self, silent_since: float) -> list[str]:
+        """Delete the rows of workers silent since before ``silent_since`` and holding no run."""
+        return [row[0] for row in await self._db.rows(q.PRUNE_WORKERS, (silent_since,))]
+
+    async def list_workers(self, now: float, lease_seconds: float) -> list[WorkerInfo]:
+        """Registered workers, with their running runs; silent ones are reported lost."""
+        return [
+            worker_from_row(row, now - lease_seconds) for row in await self._db.rows(q.LIST_WORKERS)
+        ]

@@ -1,0 +1,236 @@
+"""Leases on runs in the SQLite store: claims, completions, heartbeats and the reaper.
+
+A claim is one write transaction that reads and updates, so no other writer can slip between the
+two. Attempt ids are read from ``sqlite_sequence`` while the lock is held, because AUTOINCREMENT
+ids inside one write transaction are consecutive.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from ...model import ClaimedRun, ClaimRequest, Outcome
+from ...states import RunState
+from ..logic import finish, holds_cancelling, lease_lost, overlap_decisions, wakeups
+from ..ports import HeldAttempt
+from . import sql as q
+from .connection import Connected
+from .jobs import jobs_runs_ended
+from .rows import Row, attempt_params, execute, finish_params, sequence
+
+_REAP_BATCH = 1000
+_NO_CLAIM = ClaimRequest(worker_id="", queues=(), limit=0, lease_seconds=0.0)
+
+
+class SqliteLeases(Connected):
+    """The run leases role (:class:`~cronbus.store.ports.RunLeases`) of the SQLite store."""
+
+    async def claim(self, request: ClaimRequest, now: float) -> list[ClaimedRun]:
+        """Promote due runs, then claim up to ``request.limit`` of them under a lease."""
+        _, claimed = await self.complete_and_claim([], request, now)
+        return claimed
+
+    async def complete_and_claim(
+        self, outcomes: Sequence[Outcome], request: ClaimRequest, now: float
+    ) -> tuple[list[bool], list[ClaimedRun]]:
+        """Record ended attempts and claim the next runs, in one transaction."""
+        wants = request.limit > 0 and bool(request.queues)
+        if not outcomes and not wants:
+            return [], []
+        nudges: set[str] = set()
+        exchange = self._exchange
+        done, claimed = await self._transact(
+            exchange, outcomes, request, now, nudges, durable=False, wake=nudges, inline="write"
+        )
+        await self._nudge(nudges)
+        return done, claimed
+
+    def _exchange(
+        self,
+        conn: sqlite3.Connection,
+        outcomes: Sequence[Outcome],
+        request: ClaimRequest,
+        now: float,
+        nudges: set[str],
+    ) -> tuple[list[bool], list[ClaimedRun]]:
+        done = self._complete_in(conn, outcomes, now, nudges)
+        wants = request.limit > 0 and bool(request.queues)
+        claimed = self._claim_in(conn, request, now, nudges) if wants else []
+        return done, claimed
+
+    def _claim_in(
+        self, conn: sqlite3.Connection, request: ClaimRequest, now: float, nudges: set[str]
+    ) -> list[ClaimedRun]:
+        conn.execute(q.PROMOTE_DUE, {"now": now})
+        rows = self._overlap(conn, self._pick(conn, request), now, nudges)
+        if not rows:
+            return []
+        first = sequence(conn, "attempts") + 1
+        conn.executemany(
+            q.INSERT_ATTEMPT, [(row[0], row[1] + 1, request.worker_id, now) for row in rows]
+        )
+        expires = now + request.lease_seconds
+        conn.executemany(
+            q.START_RUN,
+            [(request.worker_id, expires, first + i, now, row[0]) for i, row in enumerate(rows)],
+        )
+        ids = json.dumps([row[0] for row in rows])
+        payload = {r[0]: (r[1], r[2]) for r in conn.execute(q.PAYLOADS, (ids,))}
+        claimed = []
+        for i, (run_id, _, used, task, queue, max_attempts, timeout, eta, *_) in enumerate(rows):
+            args, kwargs = payload.get(run_id, ("[]", "{}"))
+            claimed.append(
+                ClaimedRun(
+                    run_id=run_id,
+                    attempt_id=first + i,
+                    attempt=used + 1,
+                    task=task,
+                    queue=queue,
+                    args_json=args,
+                    kwargs_json=kwargs,
+                    max_attempts=max_attempts,
+                    timeout=timeout,
+                    eta=eta,
+                )
+            )
+        return claimed
+
+    def _overlap(
+        self, conn: sqlite3.Connection, rows: list[Row], now: float, nudges: set[str]
+    ) -> list[Row]:
+        """Apply job overlap policies (:func:`.logic.overlap_decisions`) to picked rows;
+        ``queue`` runs whose key is busy were not even selected."""
+        keys = {row[8] for row in rows if row[8] is not None}
+        if not keys:
+            return rows
+        busy: dict[str, list[int]] = {}
+        for key, run_id in conn.execute(q.ACTIVE_KEYS, (json.dumps(sorted(keys)),)):
+            busy.setdefault(key, []).append(run_id)
+        kept, skipped_rows, cancel = overlap_decisions(rows, busy, lambda r: (r[8], r[9]))
+        skipped = [row[0] for row in skipped_rows]
+        for run_id in cancel:
+            conn.execute(q.CANCEL_RUNNING, {"id": run_id, "now": now})
+        if cancel:
+            nudges.update(wakeups(RunState.CANCELLING))
+        if skipped:
+            conn.executemany(q.SKIP_RUN, [{"id": run_id, "now": now} for run_id in skipped])
+            jobs_runs_ended(conn, skipped, now, nudges)
+        return kept
+
+    def _pick(self, conn: sqlite3.Connection, request: ClaimRequest) -> list[Row]:
+        """Each queue's share first, then what is left to the queues that had more."""
+        picked: list[Row] = []
+        full = []
+        for share in request.queues:
+            rows = conn.execute(
+                q.SELECT_READY,
+                {
+                    "queue": share.name,
+                    "worker": request.worker_id,
+                    "limit": share.limit,
+                    "offset": 0,
+                },
+            ).fetchall()
+            picked.extend(rows)
+            if len(rows) == share.limit:
+                full.append(share)
+        for share in full:
+            left = request.limit - len(picked)
+            if left <= 0:
+                break
+            picked.extend(
+                conn.execute(
+                    q.SELECT_READY,
+                    {
+                        "queue": share.name,
+                        "worker": request.worker_id,
+                        "limit": left,
+                        "offset": share.limit,
+                    },
+                ).fetchall()
+            )
+        return picked[: request.limit]
+
+    async def complete(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
+        """Record ended attempts in one transaction, each fenced by its attempt id."""
+        if not outcomes:
+            return []
+        done, _ = await self.complete_and_claim(outcomes, _NO_CLAIM, now)
+        return done
+
+    def _complete_in(
+        self, conn: sqlite3.Connection, outcomes: Sequence[Outcome], now: float, nudges: set[str]
+    ) -> list[bool]:
+        if not outcomes:
+            return []
+        runs: list[dict[str, Any]] = []
+        attempts: list[dict[str, Any]] = []
+        done: list[bool] = []
+        ended_jobs: list[int] = []
+        ids = json.dumps([o.run_id for o in outcomes])
+        held = {row[0]: row for row in conn.execute(q.HELD, (ids,))}
+        for outcome in outcomes:
+            row = held.pop(outcome.run_id, None)
+            if row is None or row[1] != outcome.attempt_id:
+                done.append(False)
+                continue
+            change = finish(RunState(row[2]), outcome, row[3], now)
+            nudges.update(wakeups(change.state, row[5]))
+            if row[4] is not None and change.state.terminal:
+                ended_jobs.append(outcome.run_id)
+            runs.append(finish_params(outcome.run_id, outcome.attempt_id, change, now))
+            attempts.append(attempt_params(outcome, now))
+            done.append(True)
+        conn.executemany(q.FINISH_RUN, runs)
+        conn.executemany(q.FINISH_ATTEMPT, attempts)
+        jobs_runs_ended(conn, ended_jobs, now, nudges)
+        return done
+
+    async def heartbeat(
+        self, worker_id: str, now: float, lease_seconds: float
+    ) -> list[HeldAttempt]:
+        """Renew every lease the worker holds, in one statement."""
+        expires = now + lease_seconds
+        rows = await self._transact(_beat, worker_id, now, expires, durable=False, inline="write")
+        return [
+            HeldAttempt(run_id=r[0], attempt_id=r[1], cancelling=holds_cancelling(RunState(r[2])))
+            for r in rows
+        ]
+
+    async def reap(self, now: float, max_lost: int) -> list[int]:
+        """Requeue the runs of expired leases; a run lost ``max_lost`` times becomes dead."""
+        nudges: set[str] = set()
+        reaped = await self._transact(_reap, now, max_lost, nudges, durable=False, wake=nudges)
+        await self._nudge(nudges)
+        return reaped
+
+    async def age_retries(self, now: float, after: float) -> int:
+        """Promote retries that waited ``after`` seconds to the fresh lane."""
+        return await self._transact(execute, q.AGE_RETRIES, {"cutoff": now - after}, durable=False)
+
+
+def _beat(conn: sqlite3.Connection, worker_id: str, now: float, expires: float) -> list[Row]:
+    """Renew the worker's leases and registry entry; the attempts it holds."""
+    rows = conn.execute(q.RENEW_LEASES, {"expires": expires, "worker": worker_id}).fetchall()
+    conn.execute(q.WORKER_SEEN, {"now": now, "worker": worker_id})
+    return rows
+
+
+def _reap(conn: sqlite3.Connection, now: float, max_lost: int, nudges: set[str]) -> list[int]:
+    """End the attempts of expired leases (see :func:`~cronbus.store.logic.lease_lost`)."""
+    rows = conn.execute(q.EXPIRED, {"now": now, "limit": _REAP_BATCH}).fetchall()
+    runs, attempts, ended = [], [], []
+    for run_id, attempt_id, state, lost, eta, job_id in rows:
+        change, outcome = lease_lost(run_id, attempt_id, RunState(state), lost, max_lost, eta, now)
+        nudges.update(wakeups(change.state))
+        if change.state.terminal and job_id is not None:
+            ended.append(run_id)
+        runs.append(finish_params(run_id, attempt_id, change, now))
+        attempts.append(attempt_params(outcome, now))
+    conn.executemany(q.FINISH_RUN, runs)
+    conn.executemany(q.FINISH_ATTEMPT, attempts)
+    jobs_runs_ended(conn, ended, now, nudges)
+    return [r[0] for r in rows]

@@ -1,0 +1,121 @@
+"""Runs in the SQLite store: created, cancelled, requeued and read."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from ...errors import RunNotFoundError
+from ...model import Attempt, Deferred, NewRun, Run, RunFilter
+from ...states import RunState
+from ..logic import cancel_state, wakeups
+from ..rows import attempt_from_row, run_from_row
+from . import sql as q
+from .connection import Connected, Inline
+from .jobs import jobs_runs_ended
+from .rows import fetch_all, insert_runs
+
+_INLINE_BATCH = 16
+"""Defers of at most this many runs may run on the event loop's thread (see ``_call``)."""
+
+
+def _cancel(conn: sqlite3.Connection, run_id: int, now: float, nudges: set[str]) -> RunState:
+    row = conn.execute(q.RUN_STATE, (run_id,)).fetchone()
+    if row is None:
+        raise RunNotFoundError(f"no run has id {run_id}")
+    old = RunState(row[0])
+    new = cancel_state(run_id, old)
+    if new is not old:
+        finished = now if new.terminal else None
+        conn.execute(q.SET_STATE, (new.value, now, finished, run_id, old.value))
+    nudges.update(wakeups(new))
+    if new.terminal and row[1] is not None:
+        jobs_runs_ended(conn, [run_id], now, nudges)
+    return new
+
+
+class SqliteRuns(Connected):
+    """The runs role (:class:`~cronbus.store.ports.Runs`) of the SQLite store."""
+
+    async def defer(self, runs: Sequence[NewRun], now: float) -> list[Deferred]:
+        """Create runs in one transaction; known idempotency keys return their run."""
+        if not runs:
+            return []
+        quick: Inline = "write" if len(runs) <= _INLINE_BATCH else ""
+        result = await self._transact(insert_runs, runs, now, wake=True, inline=quick)
+        await self._nudge(set(wakeups(RunState.QUEUED)))
+        return result
+
+    async def cancel(self, run_id: int, now: float) -> RunState:
+        """Cancel a waiting run at once, or ask a running one to stop."""
+        nudges: set[str] = set()
+        state = await self._transact(_cancel, run_id, now, nudges, wake=nudges, inline="write")
+        await self._nudge(nudges)
+        return state
+
+    async def requeue(self, run_ids: Sequence[int] | None, now: float) -> list[int]:
+        """Queue dead (or cancelled, when named) runs again, with a fresh retry budget."""
+        params: dict[str, Any] = {"now": now}
+        if run_ids is None:
+            sql = q.REQUEUE_ALL_DEAD
+        else:
+            sql, params["ids"] = q.REQUEUE_IDS, json.dumps(list(run_ids))
+        ids = sorted(r[0] for r in await self._transact(fetch_all, sql, params, wake=True))
+        if ids:
+            await self._nudge(set(wakeups(RunState.QUEUED)))
+        return ids
+
+    async def get_run(self, run_id: int) -> Run:
+        """One run by id."""
+        row = await self._one(q.GET_RUN, (run_id,), inline="read")
+        if row is None:
+            raise RunNotFoundError(f"no run has id {run_id}")
+        return run_from_row(row)
+
+    async def get_runs(self, run_ids: Sequence[int]) -> list[Run]:
+        """Several runs by id."""
+        ids = json.dumps(list(run_ids))
+        rows = await self._rows(q.GET_RUNS, (ids,))
+        return [run_from_row(row) for row in rows]
+
+    async def list_runs(self, filter: RunFilter) -> list[Run]:
+        """Runs matching ``filter``, newest first."""
+        where: list[str] = []
+        params: list[Any] = []
+        if filter.states:
+            where.append("r.state IN (SELECT value FROM json_each(?))")
+            params.append(json.dumps([s.value for s in filter.states]))
+        for column, value in (
+            ("r.task", filter.task),
+            ("r.queue", filter.queue),
+            ("r.job_id", filter.job_id),
+        ):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if filter.before_id is not None:
+            where.append("r.id < ?")
+            params.append(filter.before_id)
+        sql = q.LIST_RUNS + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY r.id DESC LIMIT ?"
+        params.append(filter.limit)
+        rows = await self._rows(sql, params)
+        return [run_from_row(row) for row in rows]
+
+    async def list_attempts(self, run_id: int) -> list[Attempt]:
+        """A run's attempts, oldest first."""
+        rows = await self._rows(q.LIST_ATTEMPTS, (run_id,))
+        return [attempt_from_row(row) for row in rows]
+
+    async def count_runs(self) -> dict[RunState, int]:
+        """How many runs are in each state."""
+        rows = await self._rows(q.COUNT_RUNS)
+        return {RunState(state): count for state, count in rows}
+
+    async def next_eta(self, queues: Sequence[str]) -> float | None:
+        """When the next scheduled run of ``queues`` is due."""
+        names = json.dumps(list(queues))
+        row = await self._one(q.NEXT_ETA, (names,), inline="read")
+        return None if row is None or row[0] is None else float(row[0])

@@ -1,0 +1,105 @@
+"""The embedded store: one SQLite file in WAL mode, shared by the processes of one machine.
+
+:class:`SQLiteStore` is its roles put together (one mixin per role of :mod:`cronbus.store.ports`,
+each in the module of that name) over the connection of :mod:`.connection`; this module opens and
+closes it. The SQL is named in :mod:`.sql`, :mod:`.jobs_sql` and :mod:`.events_sql`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+
+from ...errors import StoreError
+from ..migrations import Migrated, SchemaVersions
+from ..wake import WakeHub
+from .connection import Database, read_versions
+from .events import SqliteEvents
+from .jobs import SqliteJobs
+from .leases import SqliteLeases
+from .runs import SqliteRuns
+from .subscriptions import SqliteSubscriptions
+from .wake import SqliteWakeUps
+from .workers import SqliteWorkers
+
+
+class SQLiteStore(
+    SqliteRuns,
+    SqliteLeases,
+    SqliteJobs,
+    SqliteWorkers,
+    SqliteWakeUps,
+    SqliteEvents,
+    SqliteSubscriptions,
+):
+    """A :class:`~cronbus.store.ports.Store` on one SQLite file."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str = "full",
+        busy_timeout: float = 30.0,
+        url: str | None = None,
+        migrate: bool = True,
+    ) -> None:
+        self.path = path
+        self.url = url or f"sqlite:///{path}"
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self._database = Database(
+            path, synchronous=synchronous, busy_timeout=busy_timeout, migrate=migrate
+        )
+        self._hub = WakeHub()
+        self._registered: frozenset[str] = frozenset()
+        self._wakeups: list[tuple[str, frozenset[str]]] = []
+        self._wakeups_read = 0.0
+
+    async def open(self) -> None:
+        """Open the file (creating it), switch to WAL and apply pending migrations.
+
+        With ``migrate=false`` in the URL, a schema that is behind (or a missing file) raises
+        :class:`~cronbus.errors.SchemaError` instead (``cronbus migrate`` applies them).
+        """
+        if self._database.is_open:
+            return
+        self._registered = frozenset()
+        try:
+            await self._database.open()
+        except sqlite3.Error as exc:
+            self._hub.close()
+            raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
+        except BaseException:
+            self._hub.close()
+            raise
+
+    async def close(self) -> None:
+        """Unregister wake-ups and close the connection."""
+        if not self._database.is_open:
+            return
+        if self._hub.bound:
+            with contextlib.suppress(Exception):
+                await self._forget_wakeup()
+        self._hub.close()
+        await self._database.close()
+
+    async def schema_version(self) -> int:
+        """The newest migration applied."""
+        row = await self._one("SELECT max(version) FROM cronbus_migrations")
+        return int(row[0] or 0) if row is not None else 0
+
+    async def schema_versions(self) -> SchemaVersions:
+        """The schema's version and the newest this cronbus knows; works on a closed store."""
+        return await asyncio.to_thread(read_versions, self.path, self.busy_timeout)
+
+    async def migrate(self) -> Migrated:
+        """Apply pending migrations, whatever the URL's ``migrate``; works on a closed store."""
+        # A connection of its own, which migrates as it opens: the store may be open or not.
+        database = Database(self.path, synchronous=self.synchronous, busy_timeout=self.busy_timeout)
+        await database.open()
+        try:
+            assert database.migrated is not None
+            return database.migrated
+        finally:
+            await database.close()

@@ -28,6 +28,7 @@ from contract.pg import pg_store_url
 from cronbus import App, Call
 from cronbus.cli import cronbus as cli
 from cronbus.errors import CronbusError
+from cronbus.events.event import make_event
 
 from .conftest import profile
 
@@ -184,8 +185,10 @@ def api_calls(app: App, data: st.DataObject) -> tuple[str, Callable[[], Any]]:
     add, anything = app.tasks["add"], app.tasks["anything"]
     draw = Fields(data)
     kind = draw.pick(
-        "defer", "defer_add", "defer_many", "publish", "job", "job_update", "subscribe"
+        "defer", "defer_add", "defer_many", "publish", "job", "job_update", "subscribe", "other"
     )
+    if kind == "other":
+        return other_call(app, draw, data)
     options = draw.some(
         delay="seconds", eta="time", priority="priority", queue="name", idempotency_key="text"
     )
@@ -248,6 +251,33 @@ def api_calls(app: App, data: st.DataObject) -> tuple[str, Callable[[], Any]]:
     return kind, lambda: app.blocking(
         app.subscriptions.add(name, topic=topic, task="anything", **filters)
     )
+
+
+def other_call(app: App, draw: Fields, data: st.DataObject) -> tuple[str, Callable[[], Any]]:
+    """One of the API's other calls (read, pause, remove, replay...) with generated values."""
+    name = data.draw(st.sampled_from(["tick", "j1", "t", "s"]) | texts, label="name")
+    number = draw("number", "priority")
+    seconds = draw("seconds", "seconds")
+    run = app.blocking
+    calls: dict[str, Callable[[], Any]] = {
+        "publish_many": lambda: app.publish_many(
+            name, [make_event(draw("type", "type"), draw("data", "payload"))]
+        ),
+        "read": lambda: run(app.events.read(name, after=number, limit=10)),
+        "retention": lambda: run(app.events.set_retention(name, max_age=seconds)),
+        "jobs.next": lambda: run(app.jobs.next(name, number)),
+        "jobs.pause": lambda: run(app.jobs.pause(name)),
+        "jobs.resume": lambda: run(app.jobs.resume(name)),
+        "jobs.remove": lambda: run(app.jobs.remove(name, force=data.draw(st.booleans()))),
+        "jobs.trigger": lambda: run(app.jobs.trigger(name)),
+        "subs.replay": lambda: run(app.subscriptions.replay(name, offset=number)),
+        "subs.replay since": lambda: run(app.subscriptions.replay(name, since=seconds)),
+        "subs.update": lambda: run(app.subscriptions.update(name, max_in_flight=number)),
+        "subs.deliveries": lambda: run(app.subscriptions.deliveries(name, limit=number)),
+        "subs.pause": lambda: run(app.subscriptions.pause(name)),
+    }
+    chosen = draw.pick(*calls)
+    return chosen, calls[chosen]
 
 
 def check_error(error: CronbusError) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .errors import InvalidArgumentError, SerializationError
-from .validation import shorten, unstorable_reason
+from .validation import UNSTORABLE, shorten, unstorable_reason
 
 JSON_KINDS = "str, int, float, bool, None, list or dict with str keys"
 MAX_DEPTH = 100
@@ -25,6 +25,7 @@ MAX_DEPTH = 100
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 """Serialized JSON bytes of a run's arguments or an event's data, unless settings say more."""
 PAYLOAD_SETTING = "max_payload_bytes (CRONBUS_MAX_PAYLOAD_BYTES)"
+_unstorable = UNSTORABLE.search
 
 
 def dumps(value: Any) -> str:
@@ -69,17 +70,18 @@ class _Walk:
             raise _TooBig
 
     def walk(self, value: Any, depth: int) -> None:
-        if value is None or isinstance(value, bool):
-            self.add(4)
-        elif isinstance(value, str):
+        # The common exact types first, by identity of type: this runs once per value.
+        kind = type(value)
+        if kind is str:
             self.add(len(value) + 2)  # checked before the scan, so a huge string costs nothing
-            self.text(value)
-        elif isinstance(value, int):
-            self.add(1)
-        elif isinstance(value, float):
+            if _unstorable(value) is not None:
+                self.text(value)
+        elif kind is int or kind is bool or value is None:
+            self.size += 4
+        elif kind is float or isinstance(value, float):
             if not math.isfinite(value):
                 raise _Bad("NaN and infinity have no JSON form", value)
-            self.add(1)
+            self.size += 1
         elif isinstance(value, dict):
             self.nested(depth)
             self.add(2)
@@ -87,14 +89,18 @@ class _Walk:
                 self.member(key, item, depth)
         elif isinstance(value, list | tuple):
             self.nested(depth)
-            self.add(2)
+            self.add(len(value) + 1)
             for index, item in enumerate(value):
                 try:
                     self.walk(item, depth + 1)
                 except _Bad as bad:
                     bad.path.insert(0, index)
                     raise
-                self.add(1)
+        elif isinstance(value, str):  # a str subclass (a StrEnum): JSON writes its value
+            self.add(len(value) + 2)
+            self.text(value)
+        elif isinstance(value, int):  # bool and IntEnum included
+            self.size += 1
         else:
             raise _Bad(f"{type(value).__name__} cannot be encoded", value)
 
@@ -107,7 +113,8 @@ class _Walk:
                     key,
                 )
             self.add(len(key) + 3)
-            self.text(key)
+            if _unstorable(key) is not None:
+                self.text(key)
             self.walk(item, depth + 1)
         except _Bad as bad:
             if isinstance(key, str):  # a bad key is the value shown, not a step of the path

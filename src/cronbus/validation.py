@@ -46,8 +46,8 @@ RETRIES_LIMIT = 10_000
 RESERVED_PREFIX = "cronbus."
 """Topics under this prefix (``cronbus.runs``) are published by cronbus itself."""
 
-# NUL and lone surrogates: the characters no store keeps as text.
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+"""NUL and lone surrogates: the characters no store keeps as text."""
 _SPACE = re.compile(r"\s")
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.:-]+", re.ASCII)
 _QUEUE = re.compile(r"[A-Za-z0-9_.-]{1,100}", re.ASCII)
@@ -99,12 +99,12 @@ def invalid(field: str, rule: str, value: object) -> InvalidArgumentError:
 
 def storable(text: str) -> bool:
     """True when ``text`` holds neither NUL nor a lone surrogate, so every store keeps it."""
-    return _UNSTORABLE.search(text) is None
+    return UNSTORABLE.search(text) is None
 
 
 def unstorable_reason(text: str) -> str | None:
     """Why ``text`` cannot be stored (a NUL, a lone surrogate), or None when it can."""
-    found = _UNSTORABLE.search(text)
+    found = UNSTORABLE.search(text)
     if found is None:
         return None
     char = found.group()

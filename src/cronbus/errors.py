@@ -13,6 +13,7 @@
     ├── JobExistsError            a job of that name exists already
     ├── CodeJobError              a job defined in code is changed without force
     ├── SubscriptionNotFoundError no subscription has that name
+    ├── SubscriptionExistsError   another subscription of that name exists already
     ├── DeliveryNotFoundError     no delivery has that id
     ├── InvalidTransitionError    a state change the run state machine forbids
     ├── StoreError                the store failed or holds an unexpected schema
@@ -70,6 +71,11 @@ class CodeJobError(CronbusError):
 
 class SubscriptionNotFoundError(CronbusError, LookupError):
     """No subscription has that name."""
+
+
+class SubscriptionExistsError(CronbusError, ValueError):
+    """Another subscription of that name exists already (``subscriptions.add``; change it with
+    ``subscriptions.update``, or add it with ``replace_existing=True``)."""
 
 
 class DeliveryNotFoundError(CronbusError, LookupError):

@@ -336,15 +336,20 @@ class App:
                 await result
 
     # -- lifecycle -----------------------------------------------------------------------------
-    async def open_async(self) -> None:
-        """Open the store (applying migrations) on the running loop. Nests."""
+    async def open_async(self, *, create: bool = True) -> None:
+        """Open the store (creating it and applying migrations) on the running loop. Nests.
+
+        ``create=False`` opens only a store that exists and is up to date, creating and
+        migrating nothing (:class:`~cronbus.store.StoreNotFoundError` otherwise): for work
+        that only reads, where a mistyped store URL must not make an empty store.
+        """
         self._opened += 1
         if self._store is not None:
             return
         arg = default_url() if self._store_arg is None else self._store_arg
         store = open_store(arg) if isinstance(arg, str) else arg
         try:
-            await store.open()
+            await store.open(create=create)
         except BaseException:
             self._opened -= 1
             raise

@@ -13,6 +13,13 @@ and refuses with :class:`~cronbus.errors.SchemaError` a schema that is behind, w
 ``cronbus migrate`` brings up to date; for deployments where schema changes are a step of their
 own, not a side effect of whichever process starts first. A schema newer than this cronbus is
 refused either way.
+
+A store is created (and migrated) when it opens, except by ``open(create=False)``, which
+commands that only read use: it opens only a store that exists and is up to date, and raises
+:class:`StoreNotFoundError` ("no such store: ...") for a missing SQLite file, or a PostgreSQL
+schema that is missing or holds no cronbus tables, leaving nothing behind. Long-running roles
+call ``check()`` every few seconds: :class:`StoreFaultError` says that the SQLite file was
+deleted, replaced or overwritten under them.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from urllib.parse import urlsplit
 
 from ..errors import StoreURLError
 from .ports import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL, HeldAttempt, Listener, Store
+from .presence import StoreFaultError, StoreNotFoundError
 from .sqlite import SQLiteStore
 from .sqlite import parse_url as parse_sqlite_url
 
@@ -36,6 +44,8 @@ __all__ = [
     "Listener",
     "SQLiteStore",
     "Store",
+    "StoreFaultError",
+    "StoreNotFoundError",
     "default_url",
     "open_store",
 ]

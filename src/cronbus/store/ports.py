@@ -87,8 +87,15 @@ class Lifecycle(Protocol):
 
     url: str
 
-    async def open(self) -> None:
-        """Connect and apply pending migrations."""
+    async def open(self, *, create: bool = True) -> None:
+        """Connect and apply pending migrations; with ``create`` false (commands that only
+        read), open only a store that exists and is up to date, creating and migrating nothing
+        (:class:`~cronbus.store.presence.StoreNotFoundError` when there is none)."""
+
+    async def check(self) -> None:
+        """Raise :class:`~cronbus.store.presence.StoreFaultError` if the store is no longer
+        the one opened, or unreadable (an SQLite file deleted, replaced or overwritten);
+        roles call it every few seconds and stop on it."""
 
     async def close(self) -> None:
         """Release connections and wake-up sockets."""

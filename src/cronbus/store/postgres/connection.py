@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ...errors import StoreError
 from .. import migrations
+from ..presence import check_readable, not_found
 from ..wake import WakeHub
 from . import sql as q
 from .url import PostgresOptions, session_conninfo
@@ -33,8 +34,11 @@ NOT_OPEN = "the store is not open; use `async with app:` or `with app:`"
 class Database:
     """The connection pool of one store, on one schema, as the store uses it."""
 
-    def __init__(self, options: PostgresOptions, *, hub: WakeHub, token: str) -> None:
+    def __init__(
+        self, options: PostgresOptions, *, hub: WakeHub, token: str, url: str = ""
+    ) -> None:
         self.options = options
+        self.url = url
         self.conninfo = session_conninfo(options)
         self.where = options.where
         self.hub = hub
@@ -49,10 +53,20 @@ class Database:
         return self._pool is not None
 
     # -- lifecycle -----------------------------------------------------------------------------
-    async def open(self) -> None:
+    async def open(self, *, create: bool = True) -> None:
         """Apply pending migrations (unless the URL says ``migrate=false``: then check that
-        there are none), then open the connection pool."""
-        if self.options.migrate:
+        there are none), then open the connection pool.
+
+        With ``create`` false (commands that only read), the schema must hold an up-to-date
+        cronbus store: nothing is created or migrated (:class:`StoreNotFoundError` when the
+        schema is missing or holds no cronbus tables).
+        """
+        if not create:
+            versions = await self.schema_versions()
+            if versions.current == 0:
+                raise not_found(self.url, f"schema {self.options.schema!r} holds no cronbus tables")
+            check_readable(versions)
+        elif self.options.migrate:
             await self.migrate()
         else:
             migrations.check(await self.schema_versions())

@@ -58,7 +58,7 @@ class PostgresStore(
         self.options = parse_url(url)
         self._hub = LocalHub()
         self._token = uuid.uuid4().hex
-        self._db = Database(self.options, hub=self._hub, token=self._token)
+        self._db = Database(self.options, hub=self._hub, token=self._token, url=url)
         self._listening: Listening | None = None
 
     @property
@@ -66,15 +66,22 @@ class PostgresStore(
         """The schema that holds the store's tables."""
         return self.options.schema
 
-    async def open(self) -> None:
+    async def open(self, *, create: bool = True) -> None:
         """Apply pending migrations (under an advisory lock), then open the connection pool.
 
         With ``migrate=false`` in the URL, a schema that is behind raises
-        :class:`~cronbus.errors.SchemaError` instead (``cronbus migrate`` applies them).
+        :class:`~cronbus.errors.SchemaError` instead (``cronbus migrate`` applies them). With
+        ``create`` false (commands that only read) the schema must hold a cronbus store
+        already: :class:`~cronbus.store.presence.StoreNotFoundError` otherwise, and nothing is
+        created or migrated.
         """
         if self._db.is_open:
             return
-        await self._db.open()
+        await self._db.open(create=create)
+
+    async def check(self) -> None:
+        """Nothing to check: a PostgreSQL server cannot be swapped under its connections, and
+        a lost connection is a fault that every role already retries and logs."""
 
     async def close(self) -> None:
         """Stop listening and close the pool."""

@@ -24,14 +24,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ...errors import StoreError
 from .. import migrations
+from ..presence import StoreFaultError
 from ..wake import WakeHub
 from . import sql as q
+from .files import MEMORY, file_fault, file_identity, read_versions, statements, store_name, uri
 from .rows import Row, fetch_all, fetch_one
 
 T = TypeVar("T")
 Inline = Literal["", "read", "write"]
 log = logging.getLogger("cronbus.store")
-MEMORY = ":memory:"
 _CHECKPOINT_EVERY = 64
 _CHECKPOINT_BYTES = 4 * 1024 * 1024
 _RELAXED = {"full": "normal", "extra": "normal"}
@@ -60,6 +61,8 @@ class Database:
         self._checkpointer: ThreadPoolExecutor | None = None
         self._checkpoint_conn: sqlite3.Connection | None = None
         self._checkpointing = False
+        self.identity: tuple[int, int] | None = None
+        """The file's device and inode when it was opened (None in memory)."""
 
     @property
     def is_open(self) -> bool:
@@ -73,17 +76,18 @@ class Database:
         return self._conn
 
     # -- lifecycle -----------------------------------------------------------------------------
-    async def open(self) -> None:
+    async def open(self, *, create: bool = True) -> None:
         """Connect, switch to WAL and apply pending migrations (or, with ``migrate`` false,
-        refuse a schema that is behind)."""
-        if not self.migrate:
+        refuse a schema that is behind). With ``create`` false, the file must exist already
+        (the caller has checked its schema): nothing is created and nothing migrated."""
+        if create and not self.migrate:
             # Before connecting, which would create the file.
             migrations.check(read_versions(self.path, self.busy_timeout))
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="cronbus-sqlite")
         self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="cronbus-checkpoint")
         try:
-            await self.call(self._connect)
-            if self.migrate:
+            await self.call(self._connect, create)
+            if self.migrate and create:
                 self.migrated = await self.call(self._migrate)
         except BaseException:
             await self.close()
@@ -96,6 +100,7 @@ class Database:
         if self._conn is not None:
             await self.call(self._conn.close)
             self._conn = None
+        self.identity = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -106,16 +111,37 @@ class Database:
         self._executor.shutdown(wait=True)
         self._executor = None
 
-    def _connect(self) -> None:
+    async def check(self) -> None:
+        """Raise :class:`StoreFaultError` if the file is no longer the one opened (deleted,
+        replaced) or no longer a database (header overwritten), or cannot be read."""
+        if self.identity is None:
+            return
+        fault = await asyncio.to_thread(file_fault, self.path, self.identity)
+        if fault is None:
+            try:
+                await self.call(_read_schema_version, self.conn, inline="read")
+            except StoreError as exc:
+                fault = f"the store file {self.path} cannot be read: {exc.__cause__ or exc}"
+        if fault is not None:
+            raise StoreFaultError(fault)
+
+    def _connect(self, create: bool) -> None:
         directory = os.path.dirname(self.path)
         if self.path != MEMORY and directory and not os.path.isdir(directory):
             raise StoreError(f"cannot open SQLite store {self.path!r}: no folder {directory!r}")
+        # mode=rw fails on a missing file instead of creating it (a read-only command).
+        target = self.path if create or self.path == MEMORY else uri(self.path, "rw")
+        conn = sqlite3.connect(
+            target,
+            timeout=self.busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+            uri=target != self.path,
+        )
         if self.path != MEMORY:
+            self.identity = file_identity(self.path)
             lock = os.path.abspath(self.path) + "-writer.lock"
             self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        conn = sqlite3.connect(
-            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
-        )
         # Switching a new file to WAL fails at once with "database is locked" when another
         # process switches it too (SQLite's busy handler does not wait there): queue on the
         # writers' lock, as processes started together all do.
@@ -138,16 +164,16 @@ class Database:
             )
             row = conn.execute("SELECT coalesce(max(version), 0) FROM cronbus_migrations")
             current = int(row.fetchone()[0])
-            todo = migrations.pending(_name(self.path), migrations.load("sqlite"), current)
+            todo = migrations.pending(store_name(self.path), migrations.load("sqlite"), current)
             for migration in todo:
-                for statement in _statements(migration.sql):
+                for statement in statements(migration.sql):
                     conn.execute(statement)
                 conn.execute(
                     "INSERT INTO cronbus_migrations VALUES (?, ?, ?)",
                     (migration.version, migration.name, time.time()),
                 )
         return migrations.Migrated(
-            store=_name(self.path),
+            store=store_name(self.path),
             before=current,
             after=todo[-1].version if todo else current,
             applied=tuple(f"{m.version:04d}_{m.name}" for m in todo),
@@ -282,39 +308,8 @@ class Database:
             self._checkpoint_conn = None
 
 
-def read_versions(path: str, busy_timeout: float) -> migrations.SchemaVersions:
-    """The schema version of the file at ``path`` (0 when it does not exist), changing nothing."""
-    known = migrations.load("sqlite")
-    latest = known[-1].version if known else 0
-    if path == MEMORY or not os.path.exists(path):
-        return migrations.SchemaVersions(store=_name(path), current=0, latest=latest)
-    try:
-        with contextlib.closing(sqlite3.connect(path, timeout=busy_timeout)) as conn:
-            found = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'cronbus_migrations'"
-            ).fetchone()
-            current = 0
-            if found:
-                (version,) = conn.execute("SELECT max(version) FROM cronbus_migrations").fetchone()
-                current = int(version or 0)
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot read the schema version of SQLite store {path!r}: {exc}") from exc
-    return migrations.SchemaVersions(store=_name(path), current=current, latest=latest)
-
-
-def _name(path: str) -> str:
-    return f"SQLite store {path!r}"
-
-
-def _statements(script: str) -> Iterator[str]:
-    """Split a migration script into statements."""
-    buffer = ""
-    for line in script.splitlines(keepends=True):
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            if buffer.strip():
-                yield buffer
-            buffer = ""
+def _read_schema_version(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA schema_version").fetchone()
 
 
 class Connected:

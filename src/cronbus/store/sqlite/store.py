@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 
 from ...errors import StoreError
 from ..migrations import Migrated, SchemaVersions
+from ..presence import check_readable, not_found
 from ..wake import WakeHub
-from .connection import Database, read_versions
+from .connection import Database
 from .events import SqliteEvents
+from .files import MEMORY, read_versions
 from .jobs import SqliteJobs
 from .leases import SqliteLeases
 from .runs import SqliteRuns
@@ -56,23 +59,43 @@ class SQLiteStore(
         self._wakeups: list[tuple[str, frozenset[str]]] = []
         self._wakeups_read = 0.0
 
-    async def open(self) -> None:
+    async def open(self, *, create: bool = True) -> None:
         """Open the file (creating it), switch to WAL and apply pending migrations.
 
         With ``migrate=false`` in the URL, a schema that is behind (or a missing file) raises
-        :class:`~cronbus.errors.SchemaError` instead (``cronbus migrate`` applies them).
+        :class:`~cronbus.errors.SchemaError` instead (``cronbus migrate`` applies them). With
+        ``create`` false (commands that only read) the file must hold a cronbus store already:
+        :class:`~cronbus.store.presence.StoreNotFoundError` otherwise, and nothing is created,
+        migrated or left behind.
         """
         if self._database.is_open:
             return
         self._registered = frozenset()
         try:
-            await self._database.open()
+            if not create:
+                await self._check_present()
+            await self._database.open(create=create)
         except sqlite3.Error as exc:
             self._hub.close()
             raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
         except BaseException:
             self._hub.close()
             raise
+
+    async def _check_present(self) -> None:
+        if self.path == MEMORY:
+            return
+        if not await asyncio.to_thread(os.path.exists, self.path):
+            raise not_found(self.url)
+        versions = await self.schema_versions()
+        if versions.current == 0:
+            raise not_found(self.url, "the file holds no cronbus tables")
+        check_readable(versions)
+
+    async def check(self) -> None:
+        """Raise :class:`~cronbus.store.presence.StoreFaultError` if the file was deleted or
+        replaced since it was opened, or is no longer a readable database."""
+        await self._database.check()
 
     async def close(self) -> None:
         """Unregister wake-ups and close the connection."""

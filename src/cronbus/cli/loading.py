@@ -187,14 +187,40 @@ def resolve_app(app_spec: str | None, store_url: str | None) -> App:
     return app
 
 
-def run_with_app(app: App, work: Callable[[App], Awaitable[T]]) -> T:
-    """Open ``app`` on a fresh event loop, await ``work(app)`` and close the app again."""
+CREATING_COMMANDS = frozenset({"defer", "jobs add", "subs add", "events publish"})
+"""The commands that may create the store they name: those that add something to it. Every
+other resource command works on a store that exists, so a mistyped ``--store`` says "no such
+store" instead of making an empty one and reporting that it holds nothing (roles and
+``cronbus migrate`` create stores too, outside :func:`run_with_app`)."""
+
+
+def run_with_app(app: App, work: Callable[[App], Awaitable[T]], *, create: bool | None = None) -> T:
+    """Open ``app`` on a fresh event loop, await ``work(app)`` and close the app again.
+
+    ``create`` says whether a missing store may be created; by default, only for the
+    :data:`CREATING_COMMANDS` (outside a command, always).
+    """
+    creating = _creating_command() if create is None else create
 
     async def session() -> T:
-        async with app:
+        await app.open_async(create=creating)
+        try:
             return await work(app)
+        finally:
+            await app.close_async()
 
     return asyncio.run(session())
+
+
+def _creating_command() -> bool:
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return True
+    names: list[str] = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.command.name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(names)) in CREATING_COMMANDS
 
 
 def load_app(spec: str) -> App:

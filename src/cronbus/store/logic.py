@@ -7,14 +7,19 @@ nudge, then writes the answer in its own SQL.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ..errors import InvalidTransitionError
+from ..errors import CronbusError, InvalidTransitionError
 from ..model import ErrorInfo, Job, Lane, NewRun, Outcome, Overlap, WorkerState
 from ..states import ACTIVE, AttemptOutcome, RunEvent, RunState, sources, transition
+from ..triggers import trigger_from_spec
 from .ports import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL
+
+log = logging.getLogger("cronbus.store")
 
 LEASE_EXPIRED = "LeaseExpired"
 """The error type recorded on an attempt whose lease expired."""
@@ -159,6 +164,27 @@ def job_run(job: Job, fire_at: float, eta: float) -> NewRun:
         concurrency_key=None if spec.overlap is Overlap.ALLOW else f"job:{job.id}",
         overlap=spec.overlap,
     )
+
+
+def after_fire(job_id: int, trigger: str, now: float) -> float | None:
+    """The next fire that an ``after`` job plans when its run ends at ``now`` (its trigger
+    decides, so its start and end bounds hold); None when it has none.
+
+    A stored trigger this cronbus refuses (written by an older version, or by hand) leaves the
+    job without a next fire, logged as an error: it must not fail the transaction that ends the
+    run, which would leave the run running for ever.
+    """
+    try:
+        return trigger_from_spec(json.loads(trigger)).next_fire(now)
+    except (CronbusError, ArithmeticError, ValueError) as exc:
+        log.error(
+            "job %d has an invalid trigger, so its next fire is not planned: %s; fix it with "
+            "`cronbus jobs update`",
+            job_id,
+            exc,
+            extra={"action": "job.invalid_trigger", "job_id": job_id},
+        )
+        return None
 
 
 def overlap_decisions(

@@ -7,14 +7,12 @@ functions that take a :class:`~.connection.Tx` queue their statements on the cal
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import JobExistsError, JobNotFoundError
 from ...model import Fire, Job, JobSpec, NewRun
-from ...triggers import trigger_from_spec
-from ..logic import JOB_FOLLOW_UP_WAKEUPS, job_run
+from ..logic import JOB_FOLLOW_UP_WAKEUPS, after_fire, job_run
 from ..ports import JOBS_CHANNEL, RUNS_CHANNEL
 from ..rows import job_from_row, job_params
 from . import jobs_sql as jq
@@ -56,7 +54,7 @@ def _after_fires(triggers: Mapping[int, str], now: float) -> dict[int, float]:
     """The next fires that ``after`` jobs plan when their run ends (none past their end)."""
     following: dict[int, float] = {}
     for job_id, text in triggers.items():
-        fire_at = trigger_from_spec(json.loads(text)).next_fire(now)
+        fire_at = after_fire(job_id, text, now)
         if fire_at is not None:
             following[job_id] = fire_at
     return following

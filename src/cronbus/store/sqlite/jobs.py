@@ -15,8 +15,7 @@ from typing import Any
 from ...errors import JobExistsError, JobNotFoundError
 from ...model import Deferred, Fire, Job, JobSpec
 from ...states import RunState
-from ...triggers import trigger_from_spec
-from ..logic import JOB_FOLLOW_UP_WAKEUPS, job_run
+from ..logic import JOB_FOLLOW_UP_WAKEUPS, after_fire, job_run
 from ..ports import JOBS_CHANNEL, RUNS_CHANNEL
 from ..rows import job_from_row, job_params
 from . import jobs_sql as jq
@@ -70,8 +69,7 @@ def runs_ended(
     for job_id, state in ended:
         row = conn.execute(jq.AFTER_JOB, {"id": job_id}).fetchone()
         if row is not None:
-            # The trigger decides, so its start and end bounds hold for after-jobs too.
-            following = trigger_from_spec(json.loads(row[0])).next_fire(now)
+            following = after_fire(job_id, row[0], now)
             conn.execute(jq.SET_NEXT_FIRE, {"id": job_id, "next": following, "now": now})
             changed = changed or following is not None
         if state is RunState.SUCCEEDED:

@@ -17,9 +17,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, CronbusError, JobNotFoundError
 from .jobs import plan, trigger_of
-from .model import Job
+from .model import Fire, Job
 from .store import JOBS_CHANNEL, Listener
 from .triggers import Trigger
 
@@ -31,6 +31,8 @@ DEFAULT_LOOKAHEAD = 0.5
 """Seconds before its fire time that a fire's run is created (see the module docstring)."""
 _RETRY_SECONDS = 0.5
 _CALENDARS_SECONDS = 5.0
+_JOB_FAULTS = (CronbusError, ArithmeticError, ValueError)
+"""What one job's stored data can make its planning raise (a trigger this cronbus refuses)."""
 
 
 class Scheduler:
@@ -59,6 +61,7 @@ class Scheduler:
         self._triggers: dict[tuple[int, str], Trigger] = {}
         self._calendars: dict[str, frozenset[str]] = {}
         self._calendars_read = 0.0
+        self._reported: set[tuple[int, str]] = set()
 
     def request_stop(self) -> None:
         """Stop after the current pass."""
@@ -99,8 +102,16 @@ class Scheduler:
         if not due:
             return False
         await self._refresh_calendars()
-        fires = [plan(job, self._trigger(job), now) for job in due]
+        fires: list[Fire] = []
+        invalid: list[tuple[Job, Exception]] = []
+        for job in due:
+            try:
+                fires.append(plan(job, self._trigger(job), now))
+            except _JOB_FAULTS as exc:
+                invalid.append((job, exc))
         done = await store.fire(fires, now)
+        for job, fault in invalid:
+            await self._set_aside(job, fault, now)
         late = [f for f, ok in zip(fires, done, strict=True) if ok and f.missed]
         if late:
             # One line a pass, not one a job: a backlog must not be fed by its own warnings.
@@ -117,6 +128,24 @@ class Scheduler:
             for f, ok in zip(fires, done, strict=True)
             if ok
         )
+
+    async def _set_aside(self, job: Job, exc: Exception, now: float) -> None:
+        """Pause a job whose stored trigger cannot be planned, so it neither stops the other
+        jobs from firing nor comes back due on every pass; say so once."""
+        key = (job.id, job.spec_digest)
+        if key not in self._reported:
+            self._reported.add(key)
+            log.error(
+                "job %r has an invalid trigger and is paused: %s; fix it with `cronbus jobs "
+                "update %s` and resume it",
+                job.name,
+                exc,
+                job.name,
+                extra={"action": "job.invalid_trigger", "job": job.name},
+            )
+        # Another process may have removed the job meanwhile: then there is nothing to pause.
+        with contextlib.suppress(JobNotFoundError):
+            await self.app.store.set_job_paused(job.name, True, None, now)
 
     def _trigger(self, job: Job) -> Trigger:
         key = (job.id, job.spec_digest)

@@ -157,9 +157,10 @@ def describe(job: Job) -> str:
     """The trigger in words, e.g. ``cron '0 9 * * *' in Europe/Paris`` or ``every 60s``."""
     try:
         return trigger_from_spec(job.spec.trigger).describe()
-    except CronbusError as exc:
-        # A stored trigger this version cannot read must not hide every other job.
-        return f"unreadable trigger {json.dumps(job.spec.trigger)}: {exc}"
+    except (CronbusError, ArithmeticError, ValueError) as exc:
+        # A stored trigger this version refuses (stored by an older one, or by hand) must not
+        # hide every other job; the scheduler pauses such a job.
+        return f"invalid trigger: {exc}"
 
 
 def _misfire(job: Job) -> str:
@@ -187,7 +188,7 @@ def zone_of(job: Job) -> ZoneInfo:
     try:
         return ZoneInfo(name) if isinstance(name, str) else ZoneInfo("UTC")
     except (ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")  # shown as UTC; `jobs show` says the trigger is unreadable
+        return ZoneInfo("UTC")  # shown as UTC; `jobs show` says the trigger is invalid
 
 
 def local_iso(timestamp: float | None, zone: ZoneInfo) -> str | None:

@@ -8,6 +8,11 @@ attempts finish within the grace period, requeue the rest); a second signal ends
 A thread task blocked outside Python code cannot be interrupted: it is abandoned, and
 :func:`serve` returns how many are still running, so that the command line can end the process
 at once instead of waiting for them (Python waits for such threads at exit).
+
+While the roles run, the store is checked every heartbeat (every few seconds at most): an
+SQLite file deleted, replaced or overwritten under the process is logged as an error, the roles
+stop at once, and :func:`serve` raises :class:`~cronbus.store.StoreFaultError`, so the process
+exits non-zero rather than working on a file that no other process sees.
 """
 
 from __future__ import annotations
@@ -22,9 +27,14 @@ from collections.abc import Sequence
 from .app import App
 from .events.dispatcher import Dispatcher
 from .scheduler import Scheduler
+from .store import Store, StoreFaultError
 from .worker.engine import Worker
 
 log = logging.getLogger("cronbus.runner")
+CHECK_SECONDS = 5.0
+"""The longest time between two checks of the store (shorter when heartbeats are)."""
+FAULT_STOP_SECONDS = 10.0
+"""How long roles get to stop after a store fault before they are cancelled."""
 
 
 async def serve(
@@ -50,6 +60,8 @@ async def serve(
             else None,
             scheduler=Scheduler(app) if scheduler else None,
             dispatcher=Dispatcher(app) if dispatcher else None,
+            store=app.store,
+            check_seconds=min(CHECK_SECONDS, app.settings.heartbeat_seconds),
         )
         if install_signals:
             _on_signals(roles)
@@ -74,23 +86,64 @@ class Roles:
         worker: Worker | None,
         scheduler: Scheduler | None,
         dispatcher: Dispatcher | None = None,
+        store: Store | None = None,
+        check_seconds: float = CHECK_SECONDS,
     ) -> None:
         self.worker = worker
         self.scheduler = scheduler
         self.dispatcher = dispatcher
+        self.store = store
+        """The store checked every ``check_seconds`` while the roles run (None: unchecked)."""
+        self.check_seconds = check_seconds
         self._stop_dispatching = asyncio.Event()
 
     async def run(self) -> None:
-        """Run every role until all have stopped."""
+        """Run every role until all have stopped; raise :class:`StoreFaultError` (after
+        stopping them) if the store is found gone or unreadable meanwhile."""
         # Everything loaded so far (modules, the app, the store) lives as long as the process:
         # moved out of the collector's sight, it is not walked by every full collection, which
         # otherwise paused the first seconds of work by 10-20 ms.
         gc.collect()
         gc.freeze()
+        roles = asyncio.ensure_future(self._run_roles())
+        if self.store is None:
+            await roles
+            return
+        watching = asyncio.ensure_future(self._watch(self.store))
+        try:
+            await asyncio.wait({roles, watching}, return_when=asyncio.FIRST_COMPLETED)
+            if roles.done():
+                roles.result()  # a role's failure, raised
+                return
+            fault = watching.result()
+            log.error("%s; stopping", fault, extra={"action": "store.fault"})
+            # At once: what running attempts would still write goes to a file no one sees.
+            self.stop(hurry=True)
+            await asyncio.wait({roles}, timeout=FAULT_STOP_SECONDS)
+            raise fault
+        finally:
+            watching.cancel()
+            roles.cancel()
+            await asyncio.gather(watching, roles, return_exceptions=True)
+
+    async def _run_roles(self) -> None:
         running = [role.run() for role in (self.scheduler, self.worker) if role is not None]
         if self.dispatcher is not None:
             running.append(self.dispatcher.run(self._stop_dispatching))
         await asyncio.gather(*running)
+
+    async def _watch(self, store: Store) -> StoreFaultError:
+        """Check the store every ``check_seconds`` until it fails; return its fault."""
+        while True:
+            await asyncio.sleep(self.check_seconds)
+            try:
+                await store.check()
+            except StoreFaultError as fault:
+                return fault
+            except Exception:
+                # Not a fault of the store's identity (a busy file, say): the roles see and
+                # retry those themselves.
+                log.warning("checking the store failed; checking again", exc_info=True)
 
     def stop(self, *, hurry: bool = False) -> None:
         """Stop the scheduler and the dispatcher, and drain the worker (at once with

@@ -22,6 +22,7 @@ from .. import runner
 from ..app import App
 from ..errors import ConfigurationError
 from ..fairness import parse_queues
+from ..store import StoreFaultError
 from ..worker.engine import check_labels
 from .loading import CliError, app_options, resolve_app
 
@@ -130,7 +131,7 @@ def scheduler(app_spec: str, store_url: str | None, log_level: str) -> None:
     """
     app = resolve_app(app_spec, store_url)
     setup_logging(log_level)
-    runner.run(app, startup=False, worker=False, scheduler=True)
+    _serve(app, startup=False, worker=False, scheduler=True)
 
 
 @click.command()
@@ -151,7 +152,7 @@ def dispatcher(app_spec: str, store_url: str | None, log_level: str) -> None:
     """
     app = resolve_app(app_spec, store_url)
     setup_logging(log_level)
-    runner.run(app, startup=False, worker=False, dispatcher=True)
+    _serve(app, startup=False, worker=False, dispatcher=True)
 
 
 def _run_role(
@@ -177,7 +178,7 @@ def _run_role(
     except ConfigurationError as exc:
         raise CliError(f"--labels: {exc}") from None
     setup_logging(log_level)
-    abandoned = runner.run(
+    _serve(
         app,
         queues=spec,
         concurrency=concurrency,
@@ -186,27 +187,39 @@ def _run_role(
         dispatcher=dispatcher,
         labels=chosen,
     )
+
+
+def _serve(app: App, **options: Any) -> None:
+    """Run the roles until a stop signal, or until the store fails under them (an SQLite
+    file deleted or overwritten): then say so in one line and exit with status 1."""
+    try:
+        abandoned = runner.run(app, **options)
+    except StoreFaultError as fault:
+        CliError(str(fault)).show()
+        # Thread tasks interrupted by the hurried stop may still be running: do not wait for
+        # them to exit, as Python would.
+        _exit_now(status=1)
     if abandoned:
-        _exit_now(abandoned)
+        log.warning(
+            "exiting now, without waiting for %d abandoned thread task(s)",
+            abandoned,
+            extra={"action": "process.exit"},
+        )
+        _exit_now(status=0)
 
 
-def _exit_now(abandoned: int) -> NoReturn:
+def _exit_now(*, status: int) -> NoReturn:
     """End the process without waiting for abandoned thread tasks.
 
     Python joins every pool thread at exit, so a task blocked in C code would keep a stopped
     worker alive until it returns. Everything that matters is already released: the runs were
     queued again, the worker deregistered and the store closed; logs and stdio are flushed.
     """
-    log.warning(
-        "exiting now, without waiting for %d abandoned thread task(s)",
-        abandoned,
-        extra={"action": "process.exit"},
-    )
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    os._exit(0)
+    os._exit(status)
 
 
 def default_queues(app: App) -> str:

@@ -133,7 +133,9 @@ async def test_trim_applies_retention_but_keeps_events_of_live_deliveries(es: Ev
     await es.put_subscription(sub(start="earliest"), T0)
     await es.append("orders", [event(i) for i in range(1, 7)], T0)
     lease = await hold(es)
-    await record(es, lease, [2])  # event 2 has a live (pending) delivery
+    # Every event matched (retention keeps what is above a cursor); event 2 has a live
+    # (pending) delivery.
+    assert await es.advance(lease, 6, [NewDelivery(offset=2, event_id="e2", key=None)], T0)
     await es.set_retention("orders", max_age=None, max_events=2)
     removed = await es.trim(T0 + 1)
     assert removed == 3

@@ -333,7 +333,7 @@ def _run_filter() -> Any:
 
 
 async def test_bad_subscriptions_are_refused_at_the_edge(bus: App) -> None:
-    from cronbus.errors import InvalidArgumentError
+    from cronbus.errors import InvalidArgumentError, SubscriptionExistsError
 
     with pytest.raises(InvalidArgumentError, match="exactly one target"):
         await bus.subscriptions.add("x", topic="t")
@@ -347,9 +347,11 @@ async def test_bad_subscriptions_are_refused_at_the_edge(bus: App) -> None:
         await bus.subscriptions.add("x", topic="t", webhook="http://127.0.0.1:1/", retries=3)
     with pytest.raises(InvalidArgumentError, match="topic"):
         await bus.subscriptions.add("x", topic="bad topic!", webhook="http://127.0.0.1:1/")
-    await bus.subscriptions.add("x", topic="t", webhook="http://127.0.0.1:1/")
-    with pytest.raises(InvalidArgumentError, match="exists"):
-        await bus.subscriptions.add("x", topic="t", webhook="http://127.0.0.1:1/")
+    first = await bus.subscriptions.add("x", topic="t", webhook="http://127.0.0.1:1/")
+    # The same definition again is a no-op; another one is refused (SubscriptionExistsError).
+    assert await bus.subscriptions.add("x", topic="t", webhook="http://127.0.0.1:1/") == first
+    with pytest.raises(SubscriptionExistsError, match="exists"):
+        await bus.subscriptions.add("x", topic="t", webhook="http://127.0.0.1:2/")
     assert [s.name for s in await bus.subscriptions.list()] == ["x"]
 
 
@@ -425,18 +427,28 @@ async def test_a_delivery_whose_event_retention_removed_is_a_dead_letter_with_th
     bus: App, targets: Targets
 ) -> None:
     from cronbus.events.dispatcher import GONE_EVENT
-    from cronbus.events.records import NewDelivery
+    from cronbus.events.records import DeliveryOutcome, DeliveryResult, NewDelivery
     from cronbus.store.events_base import EventStore
 
     store: EventStore = bus.store
     await bus.subscriptions.add("late", topic="t", webhook=targets.url("/late"), start="earliest")
     await publish(bus, "t", orders(2))
-    # A dispatcher read event 1, then retention removed it before its delivery was recorded.
-    (lease,) = await store.acquire_subscriptions("someone", time.time(), 30.0, 10)
     await bus.events.set_retention("t", max_events=1)
-    assert await store.trim(time.time()) == 1
+    # Retention keeps what the subscription has not matched yet (above its cursor).
+    assert await store.trim(time.time()) == 0
+    # Event 1's delivery went dead, retention then removed it (a dead letter holds no event),
+    # and the dead letter was requeued.
+    (lease,) = await store.acquire_subscriptions("someone", time.time(), 30.0, 10)
     new = [NewDelivery(offset=1, event_id="gone", key=None)]
     assert await store.advance(lease, 1, new, time.time())
+    (taken,) = await store.take_deliveries(lease, time.time(), 1, 0)
+    now = time.time()
+    failed = DeliveryResult(
+        delivery_id=taken.id, outcome=DeliveryOutcome.FAILED, started_at=now, finished_at=now
+    )
+    assert await store.finish_deliveries(lease, [failed], now) == [True]
+    assert await store.trim(time.time()) == 1
+    assert await bus.subscriptions.requeue(subscription="late") == [taken.id]
     await store.release_subscriptions("someone", ["late"])
     running = Running(bus)
     try:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidArgumentError, SubscriptionNotFoundError
+from ..errors import InvalidArgumentError
 from ..serialization import check_json
 from ..store.events_base import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore
 from ..validation import (
@@ -206,6 +206,11 @@ class Subscriptions:
         ``max_in_flight``, ``max_attempts``, ``backoff``, ``rate_limit``, ``ordered`` ...) go
         to :class:`~cronbus.events.records.DeliveryPolicy`. ``start`` is ``latest`` (events
         from now on) or ``earliest`` (the whole topic).
+
+        Adding a name that exists is a no-op if the definition is the same, and raises
+        :class:`~cronbus.errors.SubscriptionExistsError` otherwise (``replace_existing=True``
+        redefines it, keeping its cursor); the store decides it, so of two concurrent adds
+        exactly one wins.
         """
         check_name(name)
         if (webhook is None) == (task is None):
@@ -238,16 +243,12 @@ class Subscriptions:
             origin=Origin.API,
             start=start,
         )
-        if not replace_existing:
-            try:
-                await self.store.get_subscription(name)
-            except SubscriptionNotFoundError:
-                pass
-            else:
-                raise InvalidArgumentError(
-                    f"a subscription named {name!r} exists; change it with update()"
-                )
-        return await self._changed(await self.store.put_subscription(spec, self.app.clock.now()))
+        # The store's insert decides between concurrent adds of one name: the same definition
+        # again is a no-op, another one raises SubscriptionExistsError.
+        now = self.app.clock.now()
+        return await self._changed(
+            await self.store.put_subscription(spec, now, create=not replace_existing)
+        )
 
     async def _changed(self, sub: Subscription) -> Subscription:
         """Tell dispatchers at once (they also look every few seconds)."""
@@ -301,7 +302,14 @@ class Subscriptions:
         self, name: str, *, offset: int | None = None, since: float | None = None
     ) -> Subscription:
         """Deliver again from ``offset`` (the first offset to re-deliver) or from the events
-        published at or after ``since`` (epoch seconds)."""
+        published at or after ``since`` (epoch seconds).
+
+        The cursor never passes the topic's end: an ``offset`` beyond the topic's last offset
+        (or a ``since`` after its last event, or in the future) moves it to the last offset,
+        so every event published from now on is delivered (logged at INFO). The returned
+        subscription's ``cursor`` says where it went. Events that retention removed are not
+        delivered again.
+        """
         if (offset is None) == (since is None):
             raise InvalidArgumentError("give exactly one of offset= or since=")
         sub = await self.get(name)
@@ -311,7 +319,16 @@ class Subscriptions:
             after = check_int(offset, "offset", 1, OFFSET_LIMIT) - 1
         else:
             after = await self.store.offset_at(sub.topic, check_time(since, "since"))
-        return await self._changed(await self.store.replay(name, after, self.app.clock.now()))
+        moved = await self.store.replay(name, after, self.app.clock.now())
+        if moved.cursor < after:
+            log.info(
+                "replay of %s: the topic ends at offset %d; cursor moved to %d",
+                name,
+                moved.cursor,
+                moved.cursor,
+                extra={"action": "subscription.replay_clamped"},
+            )
+        return await self._changed(moved)
 
     async def deliveries(
         self, name: str | None = None, *, states: Sequence[str] = (), limit: int = 100

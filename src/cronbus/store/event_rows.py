@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..errors import SubscriptionExistsError
 from ..events.records import (
     Delivery,
     DeliveryAttempt,
@@ -126,3 +127,18 @@ def subscription_from_row(row: Row, decode: Callable[[Any], Any] = json.loads) -
 def decoded(value: Any) -> Any:
     """The identity: for JSON columns the driver has already decoded."""
     return value
+
+
+def created_or_same(existing: Subscription, spec: SubscriptionSpec) -> Subscription:
+    """Decide an add (``put_subscription(create=True)``) that found ``existing`` by name.
+
+    The same definition is a no-op (an add retried, or two processes adding the same thing);
+    another definition is refused with :class:`~cronbus.errors.SubscriptionExistsError`, so the
+    first add wins whole and nothing is half-overwritten.
+    """
+    if existing.spec == spec:
+        return existing
+    raise SubscriptionExistsError(
+        f"subscription {spec.name!r} exists with another definition; change it with "
+        "update, or add it again with replace_existing=True (--replace)"
+    )

@@ -262,7 +262,8 @@ class Events(Protocol):
         """Keep events of ``topic`` at most ``max_age`` seconds and ``max_events`` (None: any)."""
 
     async def trim(self, now: float) -> int:
-        """Apply every topic's retention; never removes an event a live delivery still needs.
+        """Apply every topic's retention; never removes an event a live delivery still needs,
+        nor one above the cursor of a subscription of the topic (paused ones included).
 
         Returns how many events were removed.
         """
@@ -274,11 +275,16 @@ class Events(Protocol):
 class Subscriptions(Protocol):
     """Subscriptions: definitions, cursors and deliveries (fenced by the pusher's lease)."""
 
-    async def put_subscription(self, spec: SubscriptionSpec, now: float) -> Subscription:
+    async def put_subscription(
+        self, spec: SubscriptionSpec, now: float, *, create: bool = False
+    ) -> Subscription:
         """Create or replace a subscription's definition; its cursor, lease and state are kept.
 
         A new subscription's cursor starts at the topic's end (``start="latest"``) or before
-        its first event (``start="earliest"``).
+        its first event (``start="earliest"``). With ``create``, only create it, decided by
+        the insert (no race between two adds): an existing subscription with the same
+        definition is returned unchanged, one with another definition raises
+        :class:`~cronbus.errors.SubscriptionExistsError`.
         """
 
     async def get_subscription(self, name: str) -> Subscription:
@@ -299,7 +305,10 @@ class Subscriptions(Protocol):
         """Move the cursor back (or on) to ``after``: events above it are matched and pushed
         again, through the same machinery, as new deliveries.
 
-        The lease is let go, fencing the holder: the next holder starts from ``after``.
+        A cursor never passes the topic's end: ``after`` beyond the topic's last offset moves
+        it to that offset, read in the same statement, so the events published next are
+        matched. The returned subscription shows where the cursor went. The lease is let go,
+        fencing the holder: the next holder starts from the new cursor.
         """
 
     async def advance(

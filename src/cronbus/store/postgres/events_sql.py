@@ -46,9 +46,10 @@ INSERT INTO topics (name, created_at) VALUES (%(topic)s, %(now)s)
 ON CONFLICT (name) DO UPDATE SET last_offset = topics.last_offset WHERE false
 """
 # A statement of its own after LOCK_TOPIC (same round trip): its snapshot is taken once the lock
-# is held, so it sees every event committed by earlier appends to the topic and no id can be
-# numbered twice. Ids already stored report their offset; a repeat within the batch reports its
-# first occurrence's.
+# is held, so it sees every event committed by earlier appends to the topic and no event can be
+# numbered twice. An event's identity is its source and id (CloudEvents): events already stored
+# report their offset (found through the (topic, event_id, source) key); a repeat within the
+# batch reports its first occurrence's.
 APPEND = """
 WITH input AS (
     SELECT * FROM unnest(
@@ -57,13 +58,14 @@ WITH input AS (
     ) WITH ORDINALITY AS n(event_id, type, source, subject, time, datacontenttype, key, data, ord)
 ),
 stored AS (
-    SELECT e.event_id, e."offset" FROM events e
+    SELECT e.event_id, e.source, e."offset" FROM events e
     WHERE e.topic = %(topic)s AND e.event_id = ANY(%(event_id)b::text[])
 ),
 fresh AS (
-    SELECT DISTINCT ON (i.event_id) i.* FROM input i
-    WHERE NOT EXISTS (SELECT 1 FROM stored s WHERE s.event_id = i.event_id)
-    ORDER BY i.event_id, i.ord
+    SELECT DISTINCT ON (i.event_id, i.source) i.* FROM input i
+    WHERE NOT EXISTS (
+        SELECT 1 FROM stored s WHERE s.event_id = i.event_id AND s.source = i.source)
+    ORDER BY i.event_id, i.source, i.ord
 ),
 moved AS (
     UPDATE topics t
@@ -84,8 +86,8 @@ inserted AS (
 )
 SELECT coalesce(n."offset", s."offset"), coalesce(n.ord = i.ord, false)
 FROM input i
-LEFT JOIN numbered n ON n.event_id = i.event_id
-LEFT JOIN stored s ON s.event_id = i.event_id
+LEFT JOIN numbered n ON n.event_id = i.event_id AND n.source = i.source
+LEFT JOIN stored s ON s.event_id = i.event_id AND s.source = i.source
 ORDER BY i.ord
 """
 
@@ -113,16 +115,26 @@ SELECT coalesce(max(e."offset"), 0) FROM events e WHERE e.topic = %s AND e.publi
 """
 # Beyond max_events (offsets are dense, so the newest max_events are those above
 # last_offset - max_events) through the primary key, then older than max_age through the
-# block range index; neither removes an event that a live delivery still has to push.
+# block range index; neither removes an event that a live delivery still has to push, nor one
+# above the cursor of a subscription of the topic, paused or not (`floor`, the lowest cursor):
+# retention never skips events a subscription has not matched yet.
 _NOT_NEEDED = f"""
     NOT EXISTS (
         SELECT 1 FROM deliveries d
         WHERE d.topic = e.topic AND d."offset" = e."offset" AND d.state IN {sql_in(LIVE)})
 """
 TRIM = f"""
-WITH retained AS (
-    SELECT name, last_offset - max_events AS below, %(now)s - max_age AS before FROM topics
-    WHERE max_age IS NOT NULL OR max_events IS NOT NULL
+WITH topic AS (
+    SELECT t.name, t.last_offset, t.max_events, %(now)s - t.max_age AS before,
+        coalesce((SELECT min(s.cursor) FROM subscriptions s WHERE s.topic = t.name),
+                 t.last_offset) AS floor
+    FROM topics t
+    WHERE t.max_age IS NOT NULL OR t.max_events IS NOT NULL
+),
+retained AS (
+    SELECT name, floor, before,
+        CASE WHEN max_events IS NOT NULL THEN least(last_offset - max_events, floor) END AS below
+    FROM topic
 ),
 by_count AS (
     DELETE FROM events e USING retained r
@@ -131,7 +143,7 @@ by_count AS (
 ),
 by_age AS (
     DELETE FROM events e USING retained r
-    WHERE e.topic = r.name AND e.published_at < r.before
+    WHERE e.topic = r.name AND e.published_at < r.before AND e."offset" <= r.floor
         AND (r.below IS NULL OR e."offset" > r.below) AND {_NOT_NEEDED}
     RETURNING e.topic
 ),
@@ -148,13 +160,21 @@ SELECT coalesce(sum(n), 0)::bigint FROM gone
 # A new subscription starts at the topic's end (latest) or before its first event (earliest);
 # a replaced one keeps its cursor, lease and state, unless it now reads another topic, whose
 # offsets its old cursor does not describe.
-PUT_SUBSCRIPTION = f"""
+_INSERT_SUBSCRIPTION = """
 INSERT INTO subscriptions AS s (name, topic, target, filter, policy, origin, start, cursor,
                                 created_at, updated_at)
 VALUES (%(name)s, %(topic)s, %(target)s, %(filter)s, %(policy)s, %(origin)s, %(start)s,
     CASE WHEN %(earliest)s THEN 0
          ELSE coalesce((SELECT last_offset FROM topics WHERE name = %(topic)s), 0) END,
     %(now)s, %(now)s)
+"""
+# Creation only: the insert decides a race between two adds of one name (the unique name; a
+# second insert waits for the first to commit, then does nothing and returns no row).
+CREATE_SUBSCRIPTION = f"""{_INSERT_SUBSCRIPTION}
+ON CONFLICT (name) DO NOTHING
+RETURNING {SUBSCRIPTION_COLUMNS}
+"""
+PUT_SUBSCRIPTION = f"""{_INSERT_SUBSCRIPTION}
 ON CONFLICT (name) DO UPDATE SET
     topic = excluded.topic, target = excluded.target, filter = excluded.filter,
     policy = excluded.policy, origin = excluded.origin, start = excluded.start,
@@ -179,10 +199,14 @@ RETURNING {SUBSCRIPTION_COLUMNS}
 """
 # A replay also lets go of the lease: the holder is fenced, and whoever takes the subscription
 # next starts from the replayed cursor (an in-memory cursor must not overwrite it).
+# The cursor stops at the topic's last offset, read in the same statement: a cursor beyond it
+# would skip the events published next (an append in progress numbers above it either way).
 REPLAY = f"""
-UPDATE subscriptions SET cursor = %(after)s, updated_at = %(now)s, holder = NULL,
-    lease_expires_at = NULL
-WHERE name = %(name)s
+UPDATE subscriptions s SET
+    cursor = least(%(after)s,
+                   coalesce((SELECT t.last_offset FROM topics t WHERE t.name = s.topic), 0)),
+    updated_at = %(now)s, holder = NULL, lease_expires_at = NULL
+WHERE s.name = %(name)s
 RETURNING {SUBSCRIPTION_COLUMNS}
 """
 # Locked first, in a statement of its own: DELETE_SUBSCRIPTION's snapshot then holds every

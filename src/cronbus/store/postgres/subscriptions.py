@@ -36,7 +36,13 @@ from ...events.records import (
     SubscriptionSpec,
 )
 from ...events.states import DeliveryEvent, DeliveryState, transition
-from ..event_rows import attempt_from_row, decoded, delivery_from_row, subscription_from_row
+from ..event_rows import (
+    attempt_from_row,
+    created_or_same,
+    decoded,
+    delivery_from_row,
+    subscription_from_row,
+)
 from ..ports import EVENTS_CHANNEL
 from . import events_sql as q
 from .connection import Connected, Row
@@ -51,19 +57,32 @@ class PostgresSubscriptions(Connected):
     """The subscriptions and subscription leases roles (:class:`~cronbus.store.ports.Subscriptions`,
     :class:`~cronbus.store.ports.SubscriptionLeases`) of the PostgreSQL store."""
 
-    async def put_subscription(self, spec: SubscriptionSpec, now: float) -> Subscription:
+    async def put_subscription(
+        self, spec: SubscriptionSpec, now: float, *, create: bool = False
+    ) -> Subscription:
         """Create or replace a subscription; a new one starts at ``spec.start``.
 
-        Dispatchers are told by the caller (``SUBSCRIPTIONS_CHANNEL``), as for every change
-        of a subscription's definition or state.
+        With ``create``, only create it: the insert decides between concurrent adds; an
+        existing one with the same definition is returned unchanged, one with another
+        definition raises ``SubscriptionExistsError``. Dispatchers are told by the caller
+        (``SUBSCRIPTIONS_CHANNEL``), as for every change of a definition or state.
         """
         if spec.start not in _STARTS:
             raise InvalidArgumentError(
                 f"subscription {spec.name!r}: start must be 'latest' or 'earliest', "
                 f"not {spec.start!r}"
             )
-        row = await self._db.one(q.PUT_SUBSCRIPTION, _subscription_params(spec, now))
-        return _subscription(_found(row, spec.name))
+        params = _subscription_params(spec, now)
+        if not create:
+            return _subscription(_found(await self._db.one(q.PUT_SUBSCRIPTION, params), spec.name))
+        # The winner of a race may be deleted before the loser reads it: then insert again.
+        while True:
+            row = await self._db.one(q.CREATE_SUBSCRIPTION, params)
+            if row is not None:
+                return _subscription(row)
+            existing = await self._db.one(q.GET_SUBSCRIPTION, (spec.name,))
+            if existing is not None:
+                return created_or_same(_subscription(existing), spec)
 
     async def get_subscription(self, name: str) -> Subscription:
         """One subscription, or :class:`~cronbus.errors.SubscriptionNotFoundError`."""

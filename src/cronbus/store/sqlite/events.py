@@ -2,7 +2,9 @@
 
 Durability: a publish commits at the store's ``synchronous`` level, like a defer; a trim commits
 relaxed. ``max_events`` keeps the newest that many offsets; events that live deliveries need are
-kept on top of them. An id is deduplicated while its event is kept.
+kept on top of them, and so are events some subscription has not matched yet (above its
+cursor). An event's identity is its source and id (CloudEvents): a repeat is deduplicated while
+its event is kept.
 """
 
 from __future__ import annotations
@@ -28,21 +30,24 @@ _TRIM_BATCH = 2000
 def append_events(
     conn: sqlite3.Connection, topic: str, events: Sequence[NewEvent], now: float
 ) -> list[Appended]:
-    """Give new ids the next offsets and insert them with one ``executemany``; known ids
-    (stored before, or earlier in the batch) report their offset."""
+    """Give new events the next offsets and insert them with one ``executemany``; known ones
+    (same source and id, stored before or earlier in the batch) report their offset."""
     conn.execute(q.ENSURE_TOPIC, (topic, now))
     (last,) = conn.execute(q.TOPIC_LAST_OFFSET, (topic,)).fetchone()
     ids = json.dumps(list({e.id: None for e in events}))
-    known: dict[str, int] = dict(conn.execute(q.KNOWN_IDS, (topic, ids)).fetchall())
+    known: dict[tuple[str, str], int] = {
+        (source, event_id): offset
+        for event_id, source, offset in conn.execute(q.KNOWN_IDS, (topic, ids))
+    }
     appended: list[Appended] = []
     rows: list[Row] = []
     for e in events:
-        offset = known.get(e.id)
+        offset = known.get((e.source, e.id))
         if offset is not None:
             appended.append(Appended(id=e.id, offset=offset, created=False))
             continue
         last += 1
-        known[e.id] = last
+        known[e.source, e.id] = last
         appended.append(Appended(id=e.id, offset=last, created=True))
         rows.append(_event_row(topic, last, e, now))
     if rows:
@@ -101,10 +106,16 @@ def trim_cuts(conn: sqlite3.Connection, now: float) -> list[tuple[str, int]]:
 def trim_batch(
     conn: sqlite3.Connection, topic: str, after: int, cut: int
 ) -> tuple[int, int | None]:
-    """Delete one batch of events of ``topic`` in ``(after, cut]`` that no live delivery needs.
+    """Delete one batch of events of ``topic`` in ``(after, cut]`` that no live delivery needs
+    and every subscription of the topic has matched (at or below its cursor).
 
-    Returns how many were deleted and the offset to go on after (None: done).
+    The cursors are read in the deleting transaction, so an event above a cursor is never
+    removed, however the cursors moved since the cut was computed. Returns how many were
+    deleted and the offset to go on after (None: done).
     """
+    (floor,) = conn.execute(q.CURSOR_FLOOR, (topic,)).fetchone()
+    if floor is not None:
+        cut = min(cut, floor)
     params = {"topic": topic, "after": after, "cut": cut, "limit": _TRIM_BATCH}
     rows = conn.execute(q.TRIM_CANDIDATES, params).fetchall()
     if not rows:
@@ -155,7 +166,8 @@ class SqliteEvents(Connected):
 
     async def trim(self, now: float) -> int:
         """Apply every topic's retention, in bounded batches (each its own transaction, so
-        publishers interleave); events of live deliveries stay. Returns how many were removed."""
+        publishers interleave); events of live deliveries stay, and so do events above the
+        cursor of any subscription of the topic, paused or not. Returns how many were removed."""
         cuts = await self._call(trim_cuts, self._db, now)
         removed = 0
         for topic, cut in cuts:

@@ -28,8 +28,10 @@ INSERT INTO topics (name, last_offset, created_at) VALUES (?, 0, ?) ON CONFLICT 
 """
 TOPIC_LAST_OFFSET = "SELECT last_offset FROM topics WHERE name = ?"
 SET_LAST_OFFSET = "UPDATE topics SET last_offset = ? WHERE name = ?"
+# Through the (topic, event_id, source) key of 0004_event_identity.sql: the caller matches the
+# source, since an event's identity is its source and id.
 KNOWN_IDS = """
-SELECT event_id, offset FROM events
+SELECT event_id, source, offset FROM events
 WHERE topic = ? AND event_id IN (SELECT value FROM json_each(?))
 """
 INSERT_EVENT = """
@@ -64,20 +66,30 @@ SELECT e.offset, EXISTS (
 FROM events e WHERE e.topic = :topic AND e.offset > :after AND e.offset <= :cut
 ORDER BY e.offset LIMIT :limit
 """
+# Retention keeps what some subscription (paused or not) has not matched yet: events above the
+# lowest cursor of the topic's subscriptions (NULL: the topic has none).
+CURSOR_FLOOR = "SELECT min(cursor) FROM subscriptions WHERE topic = ?"
 DELETE_EVENTS = """
 DELETE FROM events WHERE topic = ? AND offset IN (SELECT value FROM json_each(?))
 """
 
 # -- subscriptions -------------------------------------------------------------------------------
-# A replaced definition keeps the cursor, the lease and the paused state.
-UPSERT_SUBSCRIPTION = """
+# A replaced definition keeps the cursor, the lease and the paused state, unless it now reads
+# another topic, whose offsets its old cursor does not describe.
+_INSERT_SUBSCRIPTION = """
 INSERT INTO subscriptions (name, topic, target, filter, policy, origin, start, cursor,
                            created_at, updated_at)
 VALUES (:name, :topic, :target, :filter, :policy, :origin, :start, :cursor, :now, :now)
+"""
+UPSERT_SUBSCRIPTION = f"""{_INSERT_SUBSCRIPTION}
 ON CONFLICT (name) DO UPDATE SET topic = excluded.topic, target = excluded.target,
     filter = excluded.filter, policy = excluded.policy, origin = excluded.origin,
-    start = excluded.start, updated_at = excluded.updated_at
+    start = excluded.start, updated_at = excluded.updated_at,
+    cursor = CASE WHEN subscriptions.topic = excluded.topic THEN subscriptions.cursor
+                  ELSE excluded.cursor END
 """
+# Creation only: the insert decides a race between two adds of one name (the unique name).
+CREATE_SUBSCRIPTION = f"{_INSERT_SUBSCRIPTION} ON CONFLICT (name) DO NOTHING"
 GET_SUBSCRIPTION = f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions s WHERE s.name = ?"
 LIST_SUBSCRIPTIONS = f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions s ORDER BY s.name"
 LIST_TOPIC_SUBSCRIPTIONS = f"""
@@ -99,10 +111,15 @@ DELETE FROM delivery_attempts WHERE delivery_id IN (
 """
 DELETE_SUBSCRIPTION_DELIVERIES = "DELETE FROM deliveries WHERE subscription_id = ?"
 # A replay also lets go of the lease: the holder is fenced, and whoever takes the subscription
-# next starts from the replayed cursor (an in-memory cursor must not overwrite it).
+# next starts from the replayed cursor (an in-memory cursor must not overwrite it). The cursor
+# stops at the topic's last offset, read in the same statement: a cursor beyond it would skip
+# the events published next.
 REPLAY = """
-UPDATE subscriptions SET cursor = ?, updated_at = ?, holder = NULL, lease_expires_at = NULL
-WHERE name = ?
+UPDATE subscriptions SET
+    cursor = min(:after, coalesce(
+        (SELECT t.last_offset FROM topics t WHERE t.name = subscriptions.topic), 0)),
+    updated_at = :now, holder = NULL, lease_expires_at = NULL
+WHERE name = :name
 """
 
 # -- leases --------------------------------------------------------------------------------------
@@ -254,7 +271,7 @@ REQUEUE_ALL = f"{_REQUEUE} RETURNING id"
 
 
 def subscription_params(spec: SubscriptionSpec, cursor: int, now: float) -> dict[str, Any]:
-    """The named parameters of :data:`UPSERT_SUBSCRIPTION`."""
+    """The named parameters of :data:`UPSERT_SUBSCRIPTION` and :data:`CREATE_SUBSCRIPTION`."""
     return {
         "name": spec.name,
         "topic": spec.topic,

@@ -40,7 +40,12 @@ from ...events.records import (
     SubscriptionSpec,
 )
 from ...events.states import DeliveryState
-from ..event_rows import attempt_from_row, delivery_from_row, subscription_from_row
+from ..event_rows import (
+    attempt_from_row,
+    created_or_same,
+    delivery_from_row,
+    subscription_from_row,
+)
 from ..ports import EVENTS_CHANNEL
 from . import events_sql as q
 from .connection import Connected, Inline
@@ -162,10 +167,20 @@ def no_subscription(name: str) -> SubscriptionNotFoundError:
     return SubscriptionNotFoundError(f"no subscription named {name!r}")
 
 
-def _put_subscription(conn: sqlite3.Connection, spec: SubscriptionSpec, now: float) -> Subscription:
+def _put_subscription(
+    conn: sqlite3.Connection, spec: SubscriptionSpec, now: float, create: bool
+) -> Subscription:
+    """Upsert, or with ``create`` insert only: the insert decides between concurrent adds (the
+    write lock is held from the insert to the read that follows)."""
     row = conn.execute(q.TOPIC_LAST_OFFSET, (spec.topic,)).fetchone()
     cursor = row[0] if row is not None and spec.start == "latest" else 0
-    conn.execute(q.UPSERT_SUBSCRIPTION, q.subscription_params(spec, cursor, now))
+    params = q.subscription_params(spec, cursor, now)
+    if create:
+        inserted = conn.execute(q.CREATE_SUBSCRIPTION, params).rowcount
+        if not inserted:
+            return created_or_same(get_subscription(conn, spec.name), spec)
+    else:
+        conn.execute(q.UPSERT_SUBSCRIPTION, params)
     return get_subscription(conn, spec.name)
 
 
@@ -196,14 +211,20 @@ class SqliteSubscriptions(Connected):
     """The subscriptions and subscription leases roles (:class:`~cronbus.store.ports.Subscriptions`,
     :class:`~cronbus.store.ports.SubscriptionLeases`) of the SQLite store."""
 
-    async def put_subscription(self, spec: SubscriptionSpec, now: float) -> Subscription:
-        """Create or replace a subscription's definition; cursor, lease and state are kept."""
+    async def put_subscription(
+        self, spec: SubscriptionSpec, now: float, *, create: bool = False
+    ) -> Subscription:
+        """Create or replace a subscription's definition; cursor, lease and state are kept.
+
+        With ``create``, only create it: an existing one with the same definition is returned
+        unchanged, one with another definition raises ``SubscriptionExistsError``.
+        """
         if spec.start not in _STARTS:
             raise InvalidArgumentError(
                 f"a subscription starts at 'latest' or 'earliest', not {spec.start!r}"
             )
         # Dispatchers are told of changed subscriptions by the bus (SUBSCRIPTIONS_CHANNEL).
-        return await self._transact(_put_subscription, spec, now)
+        return await self._transact(_put_subscription, spec, now, create)
 
     async def get_subscription(self, name: str) -> Subscription:
         """One subscription, or :class:`~cronbus.errors.SubscriptionNotFoundError`."""
@@ -229,9 +250,13 @@ class SqliteSubscriptions(Connected):
         await self._transact(_delete_subscription, name)
 
     async def replay(self, name: str, after: int, now: float) -> Subscription:
-        """Move the cursor to ``after``; its holder matches the events above it again."""
+        """Move the cursor to ``after``, or to the topic's last offset if ``after`` is beyond
+        it; its holder matches the events above it again."""
+        if after < 0:
+            raise InvalidArgumentError(f"replay of {name!r}: the offset must be 0 or more")
+        params = {"after": after, "now": now, "name": name}
         subscription = await self._transact(
-            _updated, q.REPLAY, (after, now, name), name, wake=True, inline="write"
+            _updated, q.REPLAY, params, name, wake=True, inline="write"
         )
         await self.notify([EVENTS_CHANNEL])
         return subscription

@@ -1,12 +1,13 @@
 """A ``postgresql://`` store URL: libpq's connection string and cronbus's own options.
 
-cronbus's options (``schema``, ``statement_timeout``, ``pool_min``, ``pool_max``, ``migrate``)
-are taken out of the query string; everything else is libpq's and passes through untouched.
+cronbus's options are taken out of the query string: ``schema`` (1-63 lower-case letters,
+digits or ``_``), ``statement_timeout`` (seconds from 0 to 86,400, 0 for none; default 30),
+``pool_min`` and ``pool_max`` (1 to 1,000 connections; defaults 1 and 10) and ``migrate``
+(true or false). Everything else is libpq's and passes through untouched.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,13 +17,19 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ...errors import StoreURLError
+from ...validation import shorten
 from .. import migrations
+from ..presence import shown_url
+from ..url_options import url_error, url_seconds, url_whole
 
 DEFAULT_SCHEMA = "cronbus"
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _URL_OPTIONS = ("schema", "statement_timeout", "pool_min", "pool_max", "migrate")
 _CONNECT_TIMEOUT = 10
+STATEMENT_TIMEOUT_MAX = 86_400.0
+"""A day (PostgreSQL takes at most about 24 days, in milliseconds)."""
+POOL_MAX = 1_000
+"""Connections per process: far above any server's max_connections default."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,7 +61,7 @@ def parse_url(url: str) -> PostgresOptions:
     """Read a ``postgresql://`` (or ``postgres://``) store URL; libpq's options pass through."""
     parts = urlsplit(url.strip())
     if parts.scheme not in ("postgresql", "postgres"):
-        raise StoreURLError(f"store URL {url!r} is not a postgresql://user@host/db URL")
+        raise url_error(url, "not a postgresql://user@host/db URL")
     ours: dict[str, str] = {}
     theirs: list[tuple[str, str]] = []
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
@@ -66,45 +73,33 @@ def parse_url(url: str) -> PostgresOptions:
     try:
         conninfo_to_dict(conninfo)
     except psycopg.Error as exc:
-        raise StoreURLError(f"store URL {url!r}: {str(exc).strip()}") from None
+        # libpq's message quotes no password; the URL is shown without it.
+        raise url_error(url, str(exc).strip()) from None
+    return _options(url, conninfo, ours)
+
+
+def _options(url: str, conninfo: str, ours: Mapping[str, str]) -> PostgresOptions:
+    """cronbus's options of the URL, each checked; errors name the option."""
     schema = ours.get("schema", DEFAULT_SCHEMA)
     if not _SCHEMA.fullmatch(schema):
-        raise StoreURLError(
-            f"store URL {url!r}: schema={schema!r} must be 1-63 lower-case letters, digits "
-            "or _, not starting with a digit"
+        raise url_error(
+            url,
+            "schema must be 1-63 lower-case letters, digits or _, not starting with a digit, "
+            f"got {shorten(schema)}",
         )
-    pool_min = _url_int(url, ours, "pool_min", 1)
-    pool_max = _url_int(url, ours, "pool_max", max(10, pool_min))
+    pool_min = url_whole(url, ours, "pool_min", 1, 1, POOL_MAX)
+    pool_max = url_whole(url, ours, "pool_max", max(10, pool_min), 1, POOL_MAX)
     if pool_max < pool_min:
-        raise StoreURLError(f"store URL {url!r}: pool_max must be at least pool_min")
+        raise url_error(url, f"pool_max ({pool_max}) must be at least pool_min ({pool_min})")
+    timeout = url_seconds(url, ours, "statement_timeout", 30.0, STATEMENT_TIMEOUT_MAX)
     return PostgresOptions(
         conninfo=conninfo,
         schema=schema,
-        statement_timeout=_url_seconds(url, ours, "statement_timeout", 30.0),
+        statement_timeout=timeout,
         pool_min=pool_min,
         pool_max=pool_max,
-        migrate=migrations.auto_migrate(url, ours),
+        migrate=migrations.auto_migrate(shown_url(url), dict(ours)),
     )
-
-
-def _url_seconds(url: str, options: Mapping[str, str], name: str, default: float) -> float:
-    try:
-        value = float(options.get(name, default))
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value < 0:
-        raise StoreURLError(f"store URL {url!r}: {name} must be seconds (0 for none)")
-    return value
-
-
-def _url_int(url: str, options: Mapping[str, str], name: str, default: int) -> int:
-    try:
-        value = int(options.get(name, default))
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise StoreURLError(f"store URL {url!r}: {name} must be a whole number of at least 1")
-    return value
 
 
 def session_conninfo(options: PostgresOptions) -> str:

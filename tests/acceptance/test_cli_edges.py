@@ -180,25 +180,16 @@ async def test_times_past_9999_are_refused_and_the_listings_still_work(cli: Cli)
         await add.defer_async(1, eta=253_402_300_799)  # the last second of 9999 is fine
         await app.publish_async("t", "a.b", {"x": 1}, time=0)
         assert await stored(app) == (1, 1)
-    (delay, every) = cli.run_all(
+    job = ("jobs", "add", "big", "--app", "myapp", "--task", "add", "--args", "[1]")
+    (delay, every, every_1e12) = cli.run_all(
         ("defer", "add", "--app", "myapp", "--args", "[1,2]", "--delay", "1e300"),
-        (
-            "jobs",
-            "add",
-            "big",
-            "--app",
-            "myapp",
-            "--task",
-            "add",
-            "--args",
-            "[1]",
-            "--every",
-            "1e308",
-        ),
+        (*job, "--every", "1e308"),
+        (*job, "--every", "1e12"),
     )
     assert_one_line_error(delay, "delay", "1e+300")
     # --every's bounds are the triggers' (1 ms to 100 years): refused there.
     assert_one_line_error(every, "every", "1e+308")
+    assert_one_line_error(every_1e12, "every", "100 years")
     assert_listings_work(cli)
     assert "big" not in cli.ok("jobs", "list")
 

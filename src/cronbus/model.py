@@ -112,11 +112,20 @@ class ClaimRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimedRun:
-    """A run a worker now owns, with the attempt that fences its completion."""
+    """A run a worker now owns, with the attempt that fences its completion.
+
+    ``number`` is the attempt's number (1, 2, ... in start order, lost attempts included, as
+    ``runs show`` numbers them); ``attempt`` counts tries against ``max_attempts`` (attempts
+    that used the retry budget, this one included). ``fence`` is a random 64-bit token drawn
+    for this claim: a completion or heartbeat must bring it back, and since it never repeats
+    (unlike a sequence value after a server crash) a late worker cannot pass for a new one.
+    """
 
     run_id: int
     attempt_id: int
     attempt: int
+    number: int
+    fence: int
     task: str
     queue: str
     args_json: str
@@ -153,7 +162,9 @@ class Outcome:
 
     ``retry_at`` set on a failure schedules another attempt then; ``None`` makes the run dead.
     ``counts`` is false for attempts that should not use up the run's retries (a lost worker,
-    a drained worker).
+    a drained worker). ``fence`` is the claim's token (:attr:`ClaimedRun.fence`): the store
+    records the outcome only while the run still holds that attempt under that token. ``None``
+    fences by the attempt id alone (trusted callers: tools and tests that hold the attempt).
     """
 
     run_id: int
@@ -164,6 +175,7 @@ class Outcome:
     logs: str = ""
     retry_at: float | None = None
     counts: bool = True
+    fence: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,7 +2,8 @@
 
 Attempts are numbered 1, 2, ... in the order they started, lost ones included (``runs show``,
 the ATTEMPTS column of ``runs list``); tries count the retry budget, which a lost attempt does
-not use (``runs show`` says "2 (1 lost); 1 try allowed", the worker's log "try 1 of 1").
+not use (``runs show`` says "2 (1 lost); 1 try allowed", the worker's log "attempt 2 (try 1 of
+1)").
 
 The lost attempt is real: a claim whose holder never renews its lease, reaped by a real
 ``cronbus worker`` process, which then runs the run again.
@@ -23,7 +24,9 @@ import pytest
 from apps import worker_app as tasks
 from cluster.conftest import Workers, until
 from cronbus import App, AttemptOutcome, RunState
+from cronbus.events.records import EventRecord, SubscriptionSpec
 from cronbus.model import ClaimRequest, QueueShare
+from cronbus.worker.outcomes import RUNS_TOPIC
 
 DEADLINE_SECONDS = 60.0
 LEASE = "2"
@@ -107,20 +110,15 @@ async def test_the_worker_log_counts_tries_as_runs_show_does(
 ) -> None:
     run_id = await lost_then_succeeded(app, workers)
     log = tmp_path / "worker-0.log"
-    line = f"run {run_id} apps.worker_app.noop (try 1 of 1) succeeded"
+    line = f"run {run_id} apps.worker_app.noop attempt 2 (try 1 of 1) succeeded"
 
     async def logged() -> bool:
         return line in log.read_text()
 
     await until(logged, timeout=DEADLINE_SECONDS)
-    assert "attempt 1" not in log.read_text()  # no number that `runs show` contradicts
+    assert "attempt 1 " not in log.read_text()  # no number that `runs show` contradicts
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the worker's log can name the attempt's number (2) only once the store's claim "
-    "carries it (ClaimedRun.number = runs.attempts + 1): see the issue 9 report",
-)
 async def test_the_worker_log_numbers_the_attempt_as_runs_show_does(
     app: App, workers: Workers, tmp_path: Path
 ) -> None:
@@ -132,3 +130,26 @@ async def test_the_worker_log_numbers_the_attempt_as_runs_show_does(
 
     await until(logged, timeout=DEADLINE_SECONDS)
     assert f"run {run_id} apps.worker_app.noop attempt 2 (try 1 of 1) succeeded" in log.read_text()
+
+
+async def test_the_run_outcome_event_numbers_the_attempt_as_runs_show_does(
+    app: App, workers: Workers
+) -> None:
+    # A subscriber of cronbus.runs, so that the worker publishes outcomes (nobody pushes them:
+    # the test reads the topic).
+    watch = SubscriptionSpec(name="watch", topic=RUNS_TOPIC, target={"kind": "handler",
+                             "handler": "watch"})  # fmt: skip
+    await app.store.put_subscription(watch, app.clock.now())
+    run_id = await lost_then_succeeded(app, workers)
+
+    async def published() -> list[EventRecord]:
+        events = await app.store.read_events(RUNS_TOPIC, 0, 100)
+        return [e for e in events if e.subject == f"run/{run_id}"]
+
+    async def arrived() -> bool:
+        return bool(await published())
+
+    await until(arrived, timeout=DEADLINE_SECONDS)
+    (event,) = await published()
+    assert event.type == "run.succeeded"
+    assert json.loads(event.data_json)["attempt"] == 2

@@ -65,11 +65,13 @@ SUBSCRIPTIONS_CHANNEL = "subscriptions"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HeldAttempt:
-    """An attempt a worker still holds after a heartbeat, and whether it must stop."""
+    """An attempt a worker still holds after a heartbeat (with its claim's fence, which tells
+    it apart from an attempt that got the same id after a crash), and whether it must stop."""
 
     run_id: int
     attempt_id: int
     cancelling: bool
+    fence: int
 
 
 class Listener(Protocol):
@@ -136,13 +138,20 @@ class Runs(Protocol):
 
 
 class RunLeases(Protocol):
-    """Leases on runs: taken by a claim, ended by a completion, renewed, reaped when expired."""
+    """Leases on runs: taken by a claim, ended by a completion, renewed, reaped when expired.
+
+    The rules (:mod:`cronbus.store.fencing`): a claim draws a random fence that completions
+    must bring back; on PostgreSQL lease expiry is the server's clock, not the caller's ``now``
+    (SQLite, one machine, uses ``now``); a completion repeated after an ambiguous commit, whose
+    attempt already ended with that outcome under that fence, is reported as recorded.
+    """
 
     async def claim(self, request: ClaimRequest, now: float) -> list[ClaimedRun]:
         """Atomically move due runs to ``running`` under a lease, fairly over the queues."""
 
     async def complete(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
-        """Record ended attempts; each is fenced by its attempt id (False: no longer held)."""
+        """Record ended attempts; each is fenced by its attempt id and the claim's fence (False:
+        no longer held, and not already recorded with this outcome)."""
 
     async def complete_and_claim(
         self, outcomes: Sequence[Outcome], request: ClaimRequest, now: float

@@ -42,12 +42,13 @@ def outcome_types(outcome: Outcome) -> list[str]:
 
 
 def outcome_events(claimed: ClaimedRun, outcome: Outcome, now: float) -> list[NewEvent]:
-    """The events of one recorded attempt."""
+    """The events of one recorded attempt; ``attempt`` in their data is the attempt's number
+    (1, 2, ... in start order, lost attempts included), as ``runs show`` gives it."""
     data: dict[str, object] = {
         "run_id": claimed.run_id,
         "task": claimed.task,
         "queue": claimed.queue,
-        "attempt": claimed.attempt,
+        "attempt": claimed.number,
     }
     if outcome.error is not None:
         data["error"] = {"type": outcome.error.type, "message": outcome.error.message}

@@ -21,9 +21,12 @@ def report_all(ended: Sequence[tuple[ClaimedRun, Outcome]], done: Sequence[bool]
 
 def report(claimed: ClaimedRun, outcome: Outcome, recorded: bool) -> None:
     """One log line per ended attempt, with a stable ``action`` field."""
-    # "try n of m" counts the retry budget, as `runs show` does; it is not the attempt's
-    # number (1, 2, ... lost attempts included), which the claim does not carry yet.
-    what = f"run {claimed.run_id} {claimed.task} (try {claimed.attempt} of {claimed.max_attempts})"
+    # "attempt N" is the attempt's number as `runs show` gives it (1, 2, ... in start order,
+    # lost attempts included); "try k of m" counts the retry budget, which lost ones do not use.
+    what = (
+        f"run {claimed.run_id} {claimed.task} attempt {claimed.number} "
+        f"(try {claimed.attempt} of {claimed.max_attempts})"
+    )
     if not recorded:
         log.warning(
             "%s: lease no longer held; outcome %s dropped",

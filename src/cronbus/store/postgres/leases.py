@@ -1,8 +1,9 @@
 """Leases on runs in the PostgreSQL store: claims, completions, heartbeats and the reaper.
 
 A claim locks its candidates with ``FOR UPDATE SKIP LOCKED`` as it reads them, so claimers never
-wait for each other; a completion is fenced inside its UPDATE (attempt id and state). A worker's
-turn (complete N attempts, claim M runs) is seven statements in two round trips whatever N and M.
+wait for each other; a completion is fenced inside its UPDATE (attempt id, the claim's random
+fence, and state). A worker's turn (complete N attempts, claim M runs) is seven statements in two
+round trips whatever N and M. Lease expiry is the server's clock (see :mod:`..fencing`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from ...model import (
     ClaimRequest,
     Outcome,
 )
-from ...states import RunState
+from ...states import AttemptOutcome, RunState
+from ..fencing import SERVER_CLOCK, EndedAttempt, LeaseClock, new_fence, settle
 from ..logic import holds_cancelling, lease_lost, overlap_decisions, wakeups
 from ..ports import HeldAttempt
 from . import sql as q
@@ -39,6 +41,13 @@ _NO_CLAIM = ClaimRequest(worker_id="", queues=(), limit=0, lease_seconds=0.0)
 
 class PostgresLeases(Connected):
     """The run leases role (:class:`~cronbus.store.ports.RunLeases`) of the PostgreSQL store."""
+
+    lease_clock: LeaseClock = SERVER_CLOCK
+    """Whose clock times leases: the server's; tests that move time by hand set ``"caller"``."""
+
+    def _clock(self, now: float) -> float | None:
+        """The ``clock`` parameter of lease statements: None lets the server read its own."""
+        return None if self.lease_clock == SERVER_CLOCK else now
 
     async def claim(self, request: ClaimRequest, now: float) -> list[ClaimedRun]:
         """Promote due runs, then claim up to ``request.limit`` of them under a lease."""
@@ -66,10 +75,21 @@ class PostgresLeases(Connected):
             ended = await completing.fetchall() if completing else []
             picks = [Pick(*row) for row in await picking.fetchall()] if picking else []
             await self._completed(tx, ended, now)
+            done = await self._settle(tx, outcomes, fenced(outcomes, ended))
             picks = await self._apply_overlap(tx, picks, now)
             starting = await self._queue_start(tx, picks, request, now)
         claimed = claimed_runs(picks, await starting.fetchall()) if starting else []
-        return fenced(outcomes, ended), claimed
+        return done, claimed
+
+    async def _settle(self, tx: Tx, outcomes: Sequence[Outcome], done: list[bool]) -> list[bool]:
+        """Refused completions whose attempt already ended so: a retry after an ambiguous
+        commit, recorded the first time (:func:`..fencing.already_recorded`)."""
+        refused = [o.attempt_id for o, ok in zip(outcomes, done, strict=True) if not ok]
+        if not refused:
+            return done
+        rows = await tx.rows(q.ENDED_ATTEMPTS, {"ids": refused})
+        ended = {r[0]: EndedAttempt(r[0], r[1], AttemptOutcome(r[2])) for r in rows}
+        return settle(list(outcomes), done, ended)
 
     async def _queue_complete(
         self, tx: Tx, outcomes: Sequence[Outcome], now: float
@@ -95,8 +115,10 @@ class PostgresLeases(Connected):
             return None
         params = {
             "ids": [pick.id for pick in picks],
+            "fences": [new_fence() for _ in picks],
             "worker": request.worker_id,
-            "expires": now + request.lease_seconds,
+            "lease": request.lease_seconds,
+            "clock": self._clock(now),
             "now": now,
         }
         return await tx.queue(q.START, params)
@@ -143,17 +165,30 @@ class PostgresLeases(Connected):
     async def heartbeat(
         self, worker_id: str, now: float, lease_seconds: float
     ) -> list[HeldAttempt]:
-        """Renew every lease the worker holds, and its registry entry, in one statement."""
-        params = {"now": now, "worker": worker_id, "expires": now + lease_seconds}
+        """Renew every lease the worker holds, and its registry entry, in one statement; the
+        leases run ``lease_seconds`` of the server's clock from now."""
+        params = {
+            "now": now,
+            "worker": worker_id,
+            "lease": lease_seconds,
+            "clock": self._clock(now),
+        }
         return [
-            HeldAttempt(run_id=r[0], attempt_id=r[1], cancelling=holds_cancelling(RunState(r[2])))
+            HeldAttempt(
+                run_id=r[0],
+                attempt_id=r[1],
+                cancelling=holds_cancelling(RunState(r[2])),
+                fence=r[3],
+            )
             for r in await self._db.rows(q.HEARTBEAT, params)
         ]
 
     async def reap(self, now: float, max_lost: int) -> list[int]:
-        """Requeue the runs of expired leases; a run lost ``max_lost`` times becomes dead."""
+        """Requeue the runs of expired leases (by the server's clock); a run lost ``max_lost``
+        times becomes dead."""
+        params = {"clock": self._clock(now), "limit": _REAP_BATCH}
         async with self._db.transaction(durable=False) as tx:
-            rows = await tx.rows(q.EXPIRED, {"now": now, "limit": _REAP_BATCH})
+            rows = await tx.rows(q.EXPIRED, params)
             if rows:
                 await self._reap_rows(tx, rows, now, max_lost)
         return [row[0] for row in rows]

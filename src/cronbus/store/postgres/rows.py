@@ -37,13 +37,16 @@ class Pick(NamedTuple):
 
 
 def claimed_runs(picks: Sequence[Pick], started: Sequence[Row]) -> list[ClaimedRun]:
-    """The picks that ``START`` gave an attempt (its rows: run id, attempt id), as claims."""
-    attempt_ids: dict[int, int] = dict(started)
+    """The picks that ``START`` gave an attempt (its rows: run id, attempt id, number, fence),
+    as claims."""
+    attempts: dict[int, Row] = {row[0]: row for row in started}
     return [
         ClaimedRun(
             run_id=pick.id,
-            attempt_id=attempt_ids[pick.id],
+            attempt_id=attempts[pick.id][1],
             attempt=pick.used + 1,
+            number=attempts[pick.id][2],
+            fence=attempts[pick.id][3],
             task=pick.task,
             queue=pick.queue,
             args_json=pick.args if pick.args is not None else "[]",
@@ -53,7 +56,7 @@ def claimed_runs(picks: Sequence[Pick], started: Sequence[Row]) -> list[ClaimedR
             eta=pick.eta,
         )
         for pick in picks
-        if pick.id in attempt_ids
+        if pick.id in attempts
     ]
 
 
@@ -93,7 +96,9 @@ def _changes(outcomes: Sequence[Outcome], now: float) -> list[Row]:
         key = (outcome.outcome, outcome.counts, outcome.retry_at)
         if key not in known:
             known[key] = [_change(source, outcome, now) for source in sorted(ACTIVE)]
-        rows.extend((outcome.run_id, outcome.attempt_id, *change) for change in known[key])
+        rows.extend(
+            (outcome.run_id, outcome.attempt_id, *change, outcome.fence) for change in known[key]
+        )
     return rows
 
 
@@ -137,6 +142,7 @@ _CHANGE_COLUMNS = (
     "used",
     "lost",
     "finished_at",
+    "fence",
 )
 _ATTEMPT_COLUMNS = (
     "a_id",
@@ -189,7 +195,8 @@ def finish_params(changes: Sequence[Row], attempts: Sequence[Row], now: float) -
 
 
 def lost_change(run_id: int, attempt_id: int, source: str, change: Finish) -> Row:
-    """``COMPLETE``'s row for an attempt whose lease expired (its eta is already decided)."""
+    """``COMPLETE``'s row for an attempt whose lease expired (its eta is already decided; the
+    reaper holds the row locked, so the attempt id fences it)."""
     return (
         run_id,
         attempt_id,
@@ -201,6 +208,7 @@ def lost_change(run_id: int, attempt_id: int, source: str, change: Finish) -> Ro
         change.used,
         change.lost,
         change.finished_at,
+        None,
     )
 
 

@@ -122,6 +122,10 @@ SELECT coalesce(
 """
 
 # -- runs: claim ---------------------------------------------------------------------------------
+# Lease times are the server's clock (see cronbus.store.fencing): `statement_timestamp()` is
+# stable within a statement, so a comparison with it can use the runs_leases index. A store
+# switched to the caller's clock (tests that move time by hand) passes `clock` instead.
+_LEASE_NOW = "coalesce(%(clock)s::float8, extract(epoch FROM statement_timestamp()))"
 # Rows locked by another claimer are skipped, never waited for.
 PROMOTE_DUE = f"""
 UPDATE runs SET state = {QUEUED}, updated_at = %(now)s
@@ -189,25 +193,26 @@ FROM picked p LEFT JOIN run_payloads pl ON pl.run_id = p.id
 ORDER BY p.pass, p.ord, p.lane, p.priority DESC, p.eta, p.id
 LIMIT %(limit)s
 """
-# Start picked runs (locked by this transaction) under a lease, with one attempt each; attempt
-# ids are drawn in pick order.
+# Start picked runs (locked by this transaction) under a lease, with one attempt each and the
+# claim's random fence; attempt ids are drawn in pick order.
 START = f"""
 WITH chosen AS (
-    SELECT id, nextval('attempts_id_seq') AS attempt_id
-    FROM unnest(%(ids)b::bigint[]) WITH ORDINALITY AS c(id, ord)
+    SELECT id, fence, nextval('attempts_id_seq') AS attempt_id
+    FROM unnest(%(ids)b::bigint[], %(fences)b::bigint[]) WITH ORDINALITY AS c(id, fence, ord)
     ORDER BY ord
 ),
 started AS (
     UPDATE runs r
     SET state = {RUNNING}, attempts = r.attempts + 1, lease_owner = %(worker)s,
-        lease_expires = %(expires)s, attempt_id = c.attempt_id, updated_at = %(now)s
+        lease_expires = {_LEASE_NOW} + %(lease)s, attempt_id = c.attempt_id, fence = c.fence,
+        updated_at = %(now)s
     FROM chosen c
     WHERE r.id = c.id AND r.state = {QUEUED}
-    RETURNING r.id, r.attempt_id, r.attempts
+    RETURNING r.id, r.attempt_id, r.attempts, r.fence
 )
-INSERT INTO attempts (id, run_id, number, worker_id, started_at)
-SELECT attempt_id, id, attempts, %(worker)s, %(now)s FROM started
-RETURNING run_id, id
+INSERT INTO attempts (id, run_id, number, worker_id, started_at, fence)
+SELECT attempt_id, id, attempts, %(worker)s, %(now)s, fence FROM started
+RETURNING run_id, id, number, fence
 """
 
 # -- runs: overlap policies at claim -------------------------------------------------------------
@@ -240,8 +245,9 @@ _AFTER_JOB = """
     AND (j.max_fires IS NULL OR j.fires < j.max_fires)
 """
 # One statement ends a batch of attempts. Fencing is in the WHERE clause: a change applies only
-# to the run's current attempt, and only from the state it was computed for (each outcome comes
-# with one change per active state, so the database picks the one matching the row it locks).
+# to the run's current attempt under the claim's fence (a NULL fence: the attempt id alone),
+# and only from the state it was computed for (each outcome comes with one change per active
+# state, so the database picks the one matching the row it locks).
 # The new eta is a clamp of the current one, [eta_low, eta_high] (see rows._changes).
 # Rows of job runs say whether their job fires children, and bring the trigger of an `after` job
 # that waits for its run's end to plan its next fire.
@@ -250,8 +256,9 @@ WITH change AS (
     SELECT * FROM unnest(
         %(run_id)b::bigint[], %(attempt_id)b::bigint[], %(source)b::text[], %(state)b::text[],
         %(eta_low)b::float8[], %(eta_high)b::float8[], %(lane)b::smallint[], %(used)b::int[],
-        %(lost)b::int[], %(finished_at)b::float8[]
-    ) AS c(run_id, attempt_id, source, state, eta_low, eta_high, lane, used, lost, finished_at)
+        %(lost)b::int[], %(finished_at)b::float8[], %(fence)b::bigint[]
+    ) AS c(run_id, attempt_id, source, state, eta_low, eta_high, lane, used, lost, finished_at,
+        fence)
 ),
 done AS (
     UPDATE runs r
@@ -260,6 +267,7 @@ done AS (
         lease_owner = NULL, lease_expires = NULL, updated_at = %(now)s
     FROM change c
     WHERE r.id = c.run_id AND r.attempt_id = c.attempt_id AND r.state = c.source
+        AND (c.fence IS NULL OR r.fence = c.fence)
     RETURNING r.id, r.attempt_id, r.state, r.job_id, r.concurrency_key
 ),
 ended AS (
@@ -292,22 +300,29 @@ WHERE j.id = f.job_id AND {_AFTER_JOB}
 # other's row locks (taken in different orders) could deadlock. So the heartbeat renews the
 # leases nobody holds a lock on at that instant (the others are being completed, cancelled or
 # reaped; a lease is several heartbeats long) and reports every attempt the worker still holds.
+# The lease runs `lease` seconds of the server's clock from the heartbeat, whatever the
+# worker's clock says; its registry entry keeps the worker's own time, as every record does.
 HEARTBEAT = f"""
 WITH seen AS (UPDATE workers SET heartbeat_at = %(now)s WHERE id = %(worker)s),
 renewed AS (
-    UPDATE runs SET lease_expires = %(expires)s
+    UPDATE runs SET lease_expires = {_LEASE_NOW} + %(lease)s
     WHERE id IN (
         SELECT id FROM runs WHERE lease_owner = %(worker)s AND state IN {sql_in(ACTIVE)}
         FOR UPDATE SKIP LOCKED)
 )
-SELECT id, attempt_id, state FROM runs
+SELECT id, attempt_id, state, fence FROM runs
 WHERE lease_owner = %(worker)s AND state IN {sql_in(ACTIVE)}
 """
 EXPIRED = f"""
 SELECT id, attempt_id, state, lost, eta, job_id FROM runs
-WHERE state IN {sql_in(ACTIVE)} AND lease_expires < %(now)s
+WHERE state IN {sql_in(ACTIVE)} AND lease_expires < {_LEASE_NOW}
 ORDER BY lease_expires LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
+"""
+# Attempts that already ended, for completions the fence refused (an ambiguous commit's retry).
+ENDED_ATTEMPTS = """
+SELECT id, fence, outcome FROM attempts
+WHERE id = ANY(%(ids)b::bigint[]) AND outcome IS NOT NULL
 """
 AGE_RETRIES = f"""
 UPDATE runs SET lane = {FRESH}

@@ -2,7 +2,9 @@
 
 A claim is one write transaction that reads and updates, so no other writer can slip between the
 two. Attempt ids are read from ``sqlite_sequence`` while the lock is held, because AUTOINCREMENT
-ids inside one write transaction are consecutive.
+ids inside one write transaction are consecutive. Completions are fenced by the attempt id and
+the claim's random fence, as on PostgreSQL; leases are timed by the caller's ``now`` (one
+machine, one clock: see :mod:`..fencing`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...model import ClaimedRun, ClaimRequest, Outcome
-from ...states import RunState
+from ...states import AttemptOutcome, RunState
+from ..fencing import EndedAttempt, new_fence, settle
 from ..logic import finish, holds_cancelling, lease_lost, overlap_decisions, wakeups
 from ..ports import HeldAttempt
 from . import sql as q
@@ -69,34 +72,17 @@ class SqliteLeases(Connected):
         if not rows:
             return []
         first = sequence(conn, "attempts") + 1
+        worker, expires = request.worker_id, now + request.lease_seconds
+        started = [(row, first + i, new_fence()) for i, row in enumerate(rows)]
         conn.executemany(
-            q.INSERT_ATTEMPT, [(row[0], row[1] + 1, request.worker_id, now) for row in rows]
+            q.INSERT_ATTEMPT, [(row[0], row[1] + 1, worker, now, f) for row, _, f in started]
         )
-        expires = now + request.lease_seconds
         conn.executemany(
-            q.START_RUN,
-            [(request.worker_id, expires, first + i, now, row[0]) for i, row in enumerate(rows)],
+            q.START_RUN, [(worker, expires, a, f, now, row[0]) for row, a, f in started]
         )
         ids = json.dumps([row[0] for row in rows])
         payload = {r[0]: (r[1], r[2]) for r in conn.execute(q.PAYLOADS, (ids,))}
-        claimed = []
-        for i, (run_id, _, used, task, queue, max_attempts, timeout, eta, *_) in enumerate(rows):
-            args, kwargs = payload.get(run_id, ("[]", "{}"))
-            claimed.append(
-                ClaimedRun(
-                    run_id=run_id,
-                    attempt_id=first + i,
-                    attempt=used + 1,
-                    task=task,
-                    queue=queue,
-                    args_json=args,
-                    kwargs_json=kwargs,
-                    max_attempts=max_attempts,
-                    timeout=timeout,
-                    eta=eta,
-                )
-            )
-        return claimed
+        return [_claimed(row, a, f, payload.get(row[0], ("[]", "{}"))) for row, a, f in started]
 
     def _overlap(
         self, conn: sqlite3.Connection, rows: list[Row], now: float, nudges: set[str]
@@ -174,7 +160,7 @@ class SqliteLeases(Connected):
         held = {row[0]: row for row in conn.execute(q.HELD, (ids,))}
         for outcome in outcomes:
             row = held.pop(outcome.run_id, None)
-            if row is None or row[1] != outcome.attempt_id:
+            if row is None or not _holds(row, outcome):
                 done.append(False)
                 continue
             change = finish(RunState(row[2]), outcome, row[3], now)
@@ -187,7 +173,7 @@ class SqliteLeases(Connected):
         conn.executemany(q.FINISH_RUN, runs)
         conn.executemany(q.FINISH_ATTEMPT, attempts)
         jobs_runs_ended(conn, ended_jobs, now, nudges)
-        return done
+        return _settle(conn, outcomes, done)
 
     async def heartbeat(
         self, worker_id: str, now: float, lease_seconds: float
@@ -196,7 +182,12 @@ class SqliteLeases(Connected):
         expires = now + lease_seconds
         rows = await self._transact(_beat, worker_id, now, expires, durable=False, inline="write")
         return [
-            HeldAttempt(run_id=r[0], attempt_id=r[1], cancelling=holds_cancelling(RunState(r[2])))
+            HeldAttempt(
+                run_id=r[0],
+                attempt_id=r[1],
+                cancelling=holds_cancelling(RunState(r[2])),
+                fence=r[3],
+            )
             for r in rows
         ]
 
@@ -210,6 +201,41 @@ class SqliteLeases(Connected):
     async def age_retries(self, now: float, after: float) -> int:
         """Promote retries that waited ``after`` seconds to the fresh lane."""
         return await self._transact(execute, q.AGE_RETRIES, {"cutoff": now - after}, durable=False)
+
+
+def _claimed(row: Row, attempt_id: int, fence: int, payload: tuple[str, str]) -> ClaimedRun:
+    """A row of ``SELECT_READY`` started under ``attempt_id`` and ``fence``, as a claim."""
+    run_id, attempts, used, task, queue, max_attempts, timeout, eta, *_ = row
+    return ClaimedRun(
+        run_id=run_id,
+        attempt_id=attempt_id,
+        attempt=used + 1,
+        number=attempts + 1,
+        fence=fence,
+        task=task,
+        queue=queue,
+        args_json=payload[0],
+        kwargs_json=payload[1],
+        max_attempts=max_attempts,
+        timeout=timeout,
+        eta=eta,
+    )
+
+
+def _holds(row: Row, outcome: Outcome) -> bool:
+    """Whether a run (a row of ``HELD``) still holds the outcome's attempt under its fence."""
+    return row[1] == outcome.attempt_id and outcome.fence in (None, row[6])
+
+
+def _settle(conn: sqlite3.Connection, outcomes: Sequence[Outcome], done: list[bool]) -> list[bool]:
+    """Refused completions whose attempt already ended so: a retry after an ambiguous commit,
+    recorded the first time (:func:`..fencing.already_recorded`)."""
+    refused = [o.attempt_id for o, ok in zip(outcomes, done, strict=True) if not ok]
+    if not refused:
+        return done
+    rows = conn.execute(q.ENDED_ATTEMPTS, (json.dumps(refused),)).fetchall()
+    ended = {r[0]: EndedAttempt(r[0], r[1], AttemptOutcome(r[2])) for r in rows}
+    return settle(list(outcomes), done, ended)
 
 
 def _beat(conn: sqlite3.Connection, worker_id: str, now: float, expires: float) -> list[Row]:

@@ -61,10 +61,13 @@ CANCEL_RUNNING = f"""
 UPDATE runs SET state = '{_CANCELLING.value}', updated_at = :now
 WHERE id = :id AND {sql_match("state", [RunState.RUNNING])}
 """
-INSERT_ATTEMPT = "INSERT INTO attempts (run_id, number, worker_id, started_at) VALUES (?, ?, ?, ?)"
+INSERT_ATTEMPT = """
+INSERT INTO attempts (run_id, number, worker_id, started_at, fence) VALUES (?, ?, ?, ?, ?)
+"""
+# The claim's random fence goes on the run with its lease (see cronbus.store.fencing).
 START_RUN = f"""
 UPDATE runs SET state = {_RUN}, attempts = attempts + 1, lease_owner = ?, lease_expires = ?,
-    attempt_id = ?, updated_at = ?
+    attempt_id = ?, fence = ?, updated_at = ?
 WHERE id = ?
 """
 PAYLOADS = (
@@ -72,7 +75,7 @@ PAYLOADS = (
 )
 
 HELD = f"""
-SELECT id, attempt_id, state, eta, job_id, concurrency_key FROM runs
+SELECT id, attempt_id, state, eta, job_id, concurrency_key, fence FROM runs
 WHERE id IN (SELECT value FROM json_each(?))
   AND state IN {sql_in(ACTIVE)}
 """
@@ -81,6 +84,11 @@ UPDATE runs SET state = :state, lease_owner = NULL, lease_expires = NULL, eta = 
     lane = :lane, used = used + :used, lost = lost + :lost, updated_at = :now,
     finished_at = :finished_at
 WHERE id = :run_id AND attempt_id = :attempt_id
+"""
+# Attempts that already ended, for completions the fence refused (an ambiguous commit's retry).
+ENDED_ATTEMPTS = """
+SELECT id, fence, outcome FROM attempts
+WHERE id IN (SELECT value FROM json_each(?)) AND outcome IS NOT NULL
 """
 FINISH_ATTEMPT = """
 UPDATE attempts SET finished_at = :now, outcome = :outcome, result = :result,
@@ -92,7 +100,7 @@ WHERE id = :attempt_id
 RENEW_LEASES = f"""
 UPDATE runs SET lease_expires = :expires
 WHERE lease_owner = :worker AND state IN {sql_in(ACTIVE)}
-RETURNING id, attempt_id, state
+RETURNING id, attempt_id, state, fence
 """
 WORKER_SEEN = "UPDATE workers SET heartbeat_at = :now WHERE id = :worker"
 

@@ -283,10 +283,7 @@ class App:
         """Append one event to ``topic``; returns it (with its offset) once it is durable.
 
         A repeated ``id`` in the topic is stored once: the stored event's offset is returned.
-        Topics under ``cronbus.`` are cronbus's own and refused here; the attributes follow
-        CloudEvents 1.0 and ``data`` is JSON within ``settings.max_payload_bytes`` (the rules
-        are in docs/limits.md), else :class:`~cronbus.errors.InvalidArgumentError` or
-        :class:`~cronbus.errors.SerializationError` says what to fix.
+        Topics under ``cronbus.`` are cronbus's own; attributes and data follow docs/limits.md.
         """
         event = make_event(type, data, source=source, subject=subject, id=id, key=key, time=time)
         (published,) = await self.events.publish_many(topic, [event])

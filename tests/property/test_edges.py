@@ -11,26 +11,24 @@ PostgreSQL with fewer examples; the command line runs in-process through Click's
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 from hypothesis import given
 from hypothesis import strategies as st
 
 from contract.pg import pg_store_url
 from cronbus import App, Call
-from cronbus.cli import cronbus as cli
 from cronbus.errors import CronbusError
 from cronbus.events.event import make_event
 
+from .commands import check_listings, check_result, cli_args, invoke
 from .conftest import profile
+from .values import ARITY, GOOD, Fields, texts
 
 PG_SCALE = 0.3
 """PostgreSQL runs this share of the examples: each CLI call there opens a connection pool."""
@@ -55,129 +53,6 @@ def tick():
     pass
 """
 
-# -- values: each field is drawn good, or now and then wild ------------------------------------
-SEEN = [
-    "",
-    " ",
-    "a b",
-    "\x00",
-    "a\x00b",
-    "\ud800",
-    "x\udcff",
-    "\n",
-    "cronbus.runs",
-    "cronbus.x",
-    "x" * 300,
-    "k" * 1000,
-    "-",
-    "--help",
-    "order.created",
-    "https://example.com/a?b#c",
-    "urn:shop:orders",
-    "1x:y",
-    "é",
-    "0 0 12 ? * 6#3",
-    "0 5-5 * * *",
-    "2026-05-01T12:00:00+02:00",
-    "9999-12-31T23:59:59Z",
-    "0001-01-01T00:00:00",
-]
-texts = st.one_of(
-    st.sampled_from(SEEN),
-    st.text(max_size=20),
-    st.text(st.characters(exclude_categories=()), max_size=8),  # surrogates included
-)
-numbers = st.one_of(
-    st.sampled_from([0, -1, 1e-9, 1e12, 1e300, -1e300, 1e308, 253_402_300_800, 2**63, 10**30]),
-    st.integers(),
-    st.floats(),
-)
-wild_scalars = st.one_of(st.none(), st.booleans(), numbers, texts)
-wild_payloads = st.recursive(
-    wild_scalars,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=4),
-        st.dictionaries(texts, inner, max_size=4),
-        st.dictionaries(st.one_of(st.integers(), st.none(), st.booleans()), inner, max_size=2),
-    ),
-    max_leaves=12,
-) | st.sampled_from([{1, 2}, b"bytes", object(), [[[[[[]]]]]], "x" * 2_000_000])
-
-GOOD_TEXT = st.text(st.characters(categories=["L", "N", "P", "S"]) | st.just(" "), max_size=12)
-GOOD = {
-    "name": st.from_regex(r"[a-z][a-z0-9_.-]{0,11}", fullmatch=True),
-    "text": GOOD_TEXT.filter(bool),
-    "type": st.from_regex(r"[a-z]{1,8}(\.[a-z]{1,8}){0,2}", fullmatch=True),
-    "source": st.sampled_from(["cronbus", "/orders", "https://x.example/y?z=1", "urn:a:b"]),
-    "id": st.from_regex(r"[A-Za-z0-9-]{1,20}", fullmatch=True),
-    "seconds": st.floats(0.001, 1e6) | st.integers(1, 10**6),
-    "time": st.floats(0, 4e9)
-    | st.datetimes(datetime(1970, 1, 2), datetime(9999, 12, 30), timezones=st.just(UTC)),
-    "priority": st.integers(-1000, 1000),
-    "payload": st.recursive(
-        st.none()
-        | st.booleans()
-        | st.integers()
-        | st.floats(allow_nan=False, allow_infinity=False)
-        | GOOD_TEXT,
-        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(GOOD_TEXT, inner, max_size=3),
-        max_leaves=8,
-    ),
-    "cron": st.sampled_from(["* * * * *", "0 9 * * MON-FRI", "*/5 * * * * *", "0 0 1 1 *"]),
-    "at": st.sampled_from(["2099-05-01T12:00:00+02:00", "9999-01-01T00:00:00Z"]),
-}
-WILD = {
-    "name": texts,
-    "text": texts,
-    "type": texts,
-    "source": texts,
-    "id": texts,
-    "seconds": st.one_of(numbers, st.timedeltas(), texts),
-    "time": st.one_of(
-        numbers,
-        st.datetimes(timezones=st.none() | st.just(UTC) | st.just(timezone(timedelta(hours=-14)))),
-        texts,
-    ),
-    "priority": st.one_of(numbers, texts),
-    "payload": wild_payloads,
-    "cron": texts,
-    "at": st.one_of(texts, numbers),
-}
-WILD_ODDS = 5
-"""One field in this many is drawn wild: a call usually has one odd value among good ones, so
-both acceptance and each refusal are exercised."""
-
-
-_ARITY = st.sampled_from((1, 2, 1, 2, 0, 3))
-_WILD_CHOICE = st.sampled_from((False,) * (WILD_ODDS - 1) + (True,))
-
-
-class Fields:
-    """Draws the fields of one call: each good, or (one in :data:`WILD_ODDS`) wild."""
-
-    def __init__(self, data: st.DataObject) -> None:
-        self.data = data
-
-    def __call__(self, field: str, kind: str) -> Any:
-        # Good shrinks first (index 0): a failure shrinks to its one wild field.
-        wild = self.data.draw(_WILD_CHOICE, label=f"{field} wild?")
-        return self.data.draw(WILD[kind] if wild else GOOD[kind], label=field)
-
-    def some(self, **fields: str) -> dict[str, Any]:
-        """Each of ``fields`` (name -> kind) given or left out."""
-        chosen = {}
-        for field, kind in fields.items():
-            if self.data.draw(st.booleans(), label=f"give {field}"):
-                chosen[field] = self(field, kind)
-        return chosen
-
-    def pick(self, *choices: str) -> str:
-        return self.data.draw(st.sampled_from(choices))
-
-    def list(self, kind: str, most: int) -> list[Any]:
-        count = self.data.draw(st.integers(0, most), label=f"{kind} count")
-        return [self(f"{kind}[{i}]", kind) for i in range(count)]
-
 
 # -- the Python API ------------------------------------------------------------------------------
 def api_calls(app: App, data: st.DataObject) -> tuple[str, Callable[[], Any]]:
@@ -199,7 +74,7 @@ def api_calls(app: App, data: st.DataObject) -> tuple[str, Callable[[], Any]]:
         kwargs = {draw("kwarg name", "text"): draw("kwarg", "payload") for _ in range(2)}
         return kind, lambda: anything.using(**options).defer(*args, **kwargs)
     if kind == "defer_add":
-        args = [draw(f"arg {i}", "payload") for i in range(data.draw(_ARITY, label="arity"))]
+        args = [draw(f"arg {i}", "payload") for i in range(data.draw(ARITY, label="arity"))]
         return kind, lambda: add.using(**options).defer(*args)
     if kind == "defer_many":
         calls: list[Any] = []
@@ -285,203 +160,6 @@ def check_error(error: CronbusError) -> None:
     message = str(error)
     assert message, type(error)
     assert len(message) <= 1000, message
-
-
-# -- the command line ----------------------------------------------------------------------------
-def json_text(draw: Fields, kind: str) -> str:
-    """JSON a user might type: an encoded value (NaN, stringified keys...) or any text."""
-    if draw.pick("json", "text") == "text":
-        return str(draw("json text", "text"))
-    if kind == "list":
-        return _dumps(draw.list("payload", 3))
-    if kind == "dict":
-        return _dumps({draw("key", "text"): draw("value", "payload") for _ in range(2)})
-    return _dumps(draw("json", "payload"))
-
-
-def _dumps(value: object) -> str:
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def text_of(value: object) -> str:
-    """A generated value as the text a user would type for it."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return value if isinstance(value, str) else repr(value)
-
-
-def cli_args(module: str, data: st.DataObject) -> list[str]:
-    """One command line a user might type, with generated values."""
-    draw = Fields(data)
-
-    def option(flag: str, kind: str) -> list[str]:
-        """``[FLAG, VALUE]`` or nothing: each option is given or left out."""
-        if not data.draw(st.booleans(), label=f"give {flag}"):
-            return []
-        return [flag, text_of(draw(flag, kind))]
-
-    command = draw.pick("defer", "publish", "job", "job_change", "subscribe", "inspect")
-    if command == "inspect":
-        return inspect_args(draw, data)
-    if command == "defer":
-        return [
-            "defer",
-            draw.pick("add", "anything"),
-            "--app",
-            module,
-            "--args",
-            json_text(draw, "list"),
-            *(["--kwargs", json_text(draw, "dict")] if data.draw(st.booleans()) else []),
-            *option("--delay", "seconds"),
-            *option("--priority", "priority"),
-            *option("--queue", "name"),
-            *option("--idempotency-key", "text"),
-        ]
-    if command == "publish":
-        return [
-            "events",
-            "publish",
-            data.draw(st.just("t") | GOOD["name"] | texts, label="topic"),
-            "--type",
-            text_of(draw("--type", "type")),
-            *(["--data", json_text(draw, "any")] if data.draw(st.booleans()) else []),
-            *option("--source", "source"),
-            *option("--subject", "text"),
-            *option("--id", "id"),
-            *option("--key", "text"),
-        ]
-    if command in ("job", "job_change"):
-        trigger = draw.pick("every", "after", "cron", "at")
-        kind = {"every": "seconds", "after": "seconds"}.get(trigger, trigger)
-        schedule = [f"--{trigger}", text_of(draw(trigger, kind))]
-        if command == "job_change":
-            name = data.draw(st.sampled_from(["tick", "j1"]) | texts, label="job")
-            if data.draw(st.booleans(), label="remove"):
-                force = ["--force"] if data.draw(st.booleans(), label="--force") else []
-                return ["jobs", "remove", name, *force]
-            return ["jobs", "update", name, "--app", module, *schedule, "--force"]
-        return [
-            "jobs",
-            "add",
-            text_of(draw("job name", "name")),
-            "--app",
-            module,
-            "--task",
-            "anything",
-            *schedule,
-            *(["--args", json_text(draw, "list")] if data.draw(st.booleans()) else []),
-            *option("--jitter", "seconds"),
-            *option("--priority", "priority"),
-        ]
-    return [
-        "subs",
-        "add",
-        text_of(draw("subscription name", "name")),
-        "--topic",
-        data.draw(st.just("t") | GOOD["name"] | texts, label="--topic"),
-        "--task",
-        "anything",
-        *option("--types", "type"),
-        *option("--subject", "text"),
-    ]
-
-
-def inspect_args(draw: Fields, data: st.DataObject) -> list[str]:
-    """A command that reads or changes one thing named by a typed value."""
-    ident = data.draw(
-        st.sampled_from(["1", "2", "0", "-1", "9223372036854775807", "99999999999999999999"])
-        | texts
-    )
-    name = data.draw(st.sampled_from(["tick", "j1", "t"]) | texts, label="name")
-    number = text_of(draw("number", "seconds"))
-    return data.draw(
-        st.sampled_from(
-            [
-                ["runs", "show", ident],
-                ["runs", "cancel", ident],
-                ["runs", "retry", ident],
-                ["runs", "list", "--task", name, "--queue", name, "--limit", ident],
-                ["runs", "list", "--state", name, "--before", ident],
-                ["jobs", "show", name],
-                ["jobs", "next", name, "-n", ident],
-                ["jobs", "pause", name],
-                ["jobs", "resume", name],
-                ["jobs", "trigger", name, "--app", "x"],
-                ["events", "tail", name, "--from", ident],
-                ["events", "tail", name, "--last", ident, "--json"],
-                ["events", "retention", name, "--max-age", number],
-                ["subs", "show", name],
-                ["subs", "replay", name, "--from", ident],
-                ["subs", "deliveries", name, "--limit", ident],
-                ["dlq", "list", "--limit", ident],
-                ["workers", "list", "--state", name],
-            ]
-        ),
-        label="inspect",
-    )
-
-
-def invoke(args: list[str], store: str) -> Result:
-    """Run ``cronbus ARGS --store STORE`` in-process."""
-    return CliRunner().invoke(cli, [*args, "--store", store], catch_exceptions=True)
-
-
-def check_result(result: Result, args: list[str]) -> bool:
-    """Success, or one ``error:`` line with status 1 and no traceback; True on success."""
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"cronbus {args!r} raised {result.exception!r}") from (
-            result.exception
-        )
-    if result.exit_code == 0:
-        return True
-    lines = result.stderr.splitlines()
-    assert result.exit_code == 1, (args, result.exit_code, result.stderr)
-    assert len(lines) == 1, (args, result.stderr)
-    assert lines[0].startswith("error: "), (args, result.stderr)
-    return False
-
-
-# -- afterwards: every list and show command -----------------------------------------------------
-def check_listings(store: str, module: str) -> int:
-    """Run every list and show command of the store; all must succeed. Returns how many ran."""
-    every = ["--limit", "1000000"]  # the whole store, not the newest page
-    commands: list[list[str]] = [
-        ["runs", "list", *every],
-        ["runs", "list", "--json", *every],
-        ["jobs", "list"],
-        ["jobs", "list", "--json"],
-        ["events", "topics"],
-        ["subs", "list"],
-        ["subs", "list", "--json"],
-        ["dlq", "list", *every],
-        ["workers", "list"],
-    ]
-    runs = json.loads(invoke(["runs", "list", "--json", *every], store).stdout)
-    shown = runs[:20] + runs[20:][-20:]  # the newest and the oldest: show costs a call each
-    commands += [["runs", "show", str(run["id"])] for run in shown]
-    commands += [["runs", "show", str(run["id"]), "--json"] for run in shown]
-    jobs = json.loads(invoke(["jobs", "list", "--json"], store).stdout)
-    commands += [["jobs", "show", job["name"]] for job in jobs]
-    commands += [["jobs", "next", job["name"]] for job in jobs]
-    topics = json.loads(invoke(["events", "topics", "--json"], store).stdout)
-    for topic in topics:
-        name = topic["name"]
-        whole = ["--from", "1"]
-        commands += [["events", "tail", name, *whole], ["events", "tail", name, "--json", *whole]]
-    subs = json.loads(invoke(["subs", "list", "--json"], store).stdout)
-    commands += [["subs", "show", sub["name"]] for sub in subs]
-    for args in commands:
-        result = invoke(args, store)
-        assert result.exception is None or isinstance(result.exception, SystemExit), (
-            args,
-            result.exception,
-        )
-        assert result.exit_code == 0, (args, result.stderr)
-    assert runs or jobs, "the generated calls stored nothing: the test proves too little"
-    return len(commands)
 
 
 # -- fixtures and tests --------------------------------------------------------------------------

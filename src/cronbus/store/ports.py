@@ -133,8 +133,13 @@ class Runs(Protocol):
     async def count_runs(self) -> dict[RunState, int]:
         """How many runs are in each state."""
 
-    async def next_eta(self, queues: Sequence[str]) -> float | None:
-        """When the earliest scheduled run of these queues becomes due, if any."""
+    async def next_eta(self, queues: Sequence[str] | None) -> float | None:
+        """When the earliest scheduled run of these queues (None: of any queue) becomes due."""
+
+    async def ready_queues(self, now: float) -> list[str]:
+        """The queues, by name, holding runs a claim could take at ``now``: queued runs, and
+        scheduled runs already due (a claim promotes them). A worker serving every queue shares
+        its claims among these; the cost grows with the number of queues, not of runs."""
 
 
 class RunLeases(Protocol):

@@ -13,7 +13,7 @@ import click
 from rich.text import Text
 
 from ..app import App
-from ..events.records import Delivery, DeliveryAttempt, Origin, Subscription
+from ..events.records import Delivery, DeliveryAttempt, Origin, Subscription, TopicInfo
 from ..events.states import DeliveryState
 from . import render
 from .loading import (
@@ -204,26 +204,66 @@ def replay(
     """Move a subscription's cursor, so events from that point are matched and pushed again.
 
     Replayed events become new deliveries, with the event id as their idempotency key.
-    The cursor may also move forward, skipping events.
+    The cursor may also move forward, skipping events, but never past the topic's end: an
+    offset beyond it (or a time after the last event) moves the cursor to the topic's last
+    offset, so every event published from then on is delivered.
     """
     kind, value = start
 
-    async def move(app: App) -> tuple[int, Seen]:
+    async def move(app: App) -> tuple[int, Seen, TopicInfo]:
         before = (await app.subscriptions.get(name)).cursor
         if kind == "offset":
             sub = await app.subscriptions.replay(name, offset=int(value))
         else:
             sub = await app.subscriptions.replay(name, since=value)
-        return before, await read_seen(app, sub)
+        return before, await read_seen(app, sub), await app.events.topic(sub.topic)
 
-    before, seen = run_with_app(resolve_app(app_spec, store_url), move)
+    before, seen, topic = run_with_app(resolve_app(app_spec, store_url), move)
+    # Clamped: the store stopped the cursor at the topic's end, short of what was asked.
+    clamped = kind == "offset" and seen.sub.cursor < int(value) - 1
     if as_json:
-        render.print_json({**subscription_json(seen), "previous_cursor": before})
+        render.print_json(
+            {**subscription_json(seen), "previous_cursor": before, "clamped": clamped}
+        )
+        return
+    click.echo(_replay_message(name, kind, value, before, seen, topic, clamped))
+
+
+def _replay_message(
+    name: str,
+    kind: str,
+    value: float,
+    before: int,
+    seen: Seen,
+    topic: TopicInfo,
+    clamped: bool,
+) -> str:
+    """What a replay did, in one line (and why, when the cursor stopped at the topic's end)."""
+    cursor, end = seen.sub.cursor, seen.topic_end
+    if clamped:
+        message = (
+            f"subscription {name}: the topic ends at offset {end}; {_moved(before, end)}; "
+            "events published from now on are delivered"
+        )
+    elif kind == "since" and cursor == end:
+        when = datetime.fromtimestamp(value, UTC).isoformat(timespec="seconds")
+        message = (
+            f"subscription {name}: no event of {topic.name} was published at or after {when}; "
+            f"{_moved(before, end)}, the topic's end; events published from now on are delivered"
+        )
     else:
-        click.echo(
-            f"subscription {name}: cursor moved from {before} to {seen.sub.cursor}; "
+        message = (
+            f"subscription {name}: cursor moved from {before} to {cursor}; "
             f"{seen.lag} event offset{'' if seen.lag == 1 else 's'} to match again"
         )
+    first = topic.first_offset
+    if first is not None and first > cursor + 1:
+        message += f" (retention removed the events below offset {first})"
+    return message
+
+
+def _moved(before: int, cursor: int) -> str:
+    return f"cursor moved to {cursor}" if before != cursor else f"cursor stays at {cursor}"
 
 
 # -- deliveries and attempts ---------------------------------------------------------------------

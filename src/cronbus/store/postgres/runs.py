@@ -15,7 +15,7 @@ from ...model import (
     Run,
     RunFilter,
 )
-from ...states import RunState
+from ...states import RunEvent, RunState, sources, sql_match
 from ..logic import cancel_state, wakeups
 from ..rows import attempt_from_row, run_from_row
 from . import sql as q
@@ -24,6 +24,25 @@ from .jobs import after_triggers, runs_ended
 from .rows import (
     insert_runs,
 )
+
+_QUEUED = sql_match("r.state", sources(RunEvent.CLAIM))
+_SCHEDULED = sql_match("state", sources(RunEvent.DUE))
+# A loose index scan: each step seeks the next queue name in runs_ready, so the cost grows with
+# the number of queues, not of runs (PostgreSQL has no skip scan for SELECT DISTINCT). Scheduled
+# runs already due are found through runs_due; a claim promotes them, so there are few.
+READY_QUEUES = f"""
+WITH RECURSIVE ready(queue) AS (
+    (SELECT r.queue FROM runs r WHERE {_QUEUED} ORDER BY r.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.queue FROM runs r WHERE {_QUEUED} AND r.queue > ready.queue
+            ORDER BY r.queue LIMIT 1)
+    FROM ready WHERE ready.queue IS NOT NULL
+)
+SELECT queue FROM ready WHERE queue IS NOT NULL
+UNION
+SELECT queue FROM runs WHERE {_SCHEDULED} AND eta <= %(now)s
+"""
+NEXT_ETA_ANY = f"SELECT min(eta) FROM runs WHERE {_SCHEDULED}"
 
 
 class PostgresRuns(Connected):
@@ -119,7 +138,15 @@ class PostgresRuns(Connected):
         """How many runs are in each state."""
         return {RunState(state): count for state, count in await self._db.rows(q.COUNT_RUNS)}
 
-    async def next_eta(self, queues: Sequence[str]) -> float | None:
-        """When the next scheduled run of ``queues`` is due."""
-        row = await self._db.one(q.NEXT_ETA, (list(queues),))
+    async def next_eta(self, queues: Sequence[str] | None) -> float | None:
+        """When the next scheduled run of ``queues`` (None: of any queue) is due."""
+        if queues is None:
+            row = await self._db.one(NEXT_ETA_ANY)
+        else:
+            row = await self._db.one(q.NEXT_ETA, (list(queues),))
         return None if row is None or row[0] is None else float(row[0])
+
+    async def ready_queues(self, now: float) -> list[str]:
+        """The queues holding runs a claim could take at ``now``, by name."""
+        rows = await self._db.rows(READY_QUEUES, {"now": now})
+        return sorted(row[0] for row in rows)

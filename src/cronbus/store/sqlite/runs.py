@@ -9,7 +9,7 @@ from typing import Any
 
 from ...errors import RunNotFoundError
 from ...model import Attempt, Deferred, NewRun, Run, RunFilter
-from ...states import RunState
+from ...states import RunEvent, RunState, sources, sql_match
 from ..logic import cancel_state, wakeups
 from ..rows import attempt_from_row, run_from_row
 from . import sql as q
@@ -19,6 +19,26 @@ from .rows import fetch_all, insert_runs
 
 _INLINE_BATCH = 16
 """Defers of at most this many runs may run on the event loop's thread (see ``_call``)."""
+
+_QUEUED = sql_match("state", sources(RunEvent.CLAIM))
+_SCHEDULED = sql_match("state", sources(RunEvent.DUE))
+# A loose index scan: each step seeks the next queue name in runs_ready, so the cost grows with
+# the number of queues, not of runs. (SELECT DISTINCT walks every queued run unless ANALYZE has
+# run; 100,000 queued runs took 11 ms against 70 us for this.) Scheduled runs already due are
+# found through runs_due; a claim promotes them, so there are few.
+READY_QUEUES = f"""
+WITH RECURSIVE ready(queue) AS (
+    SELECT (SELECT min(queue) FROM runs INDEXED BY runs_ready WHERE {_QUEUED})
+    UNION ALL
+    SELECT (SELECT min(queue) FROM runs INDEXED BY runs_ready
+            WHERE {_QUEUED} AND queue > ready.queue)
+    FROM ready WHERE ready.queue IS NOT NULL
+)
+SELECT queue FROM ready WHERE queue IS NOT NULL
+UNION
+SELECT queue FROM runs INDEXED BY runs_due WHERE {_SCHEDULED} AND eta <= :now
+"""
+NEXT_ETA_ANY = f"SELECT min(eta) FROM runs INDEXED BY runs_due WHERE {_SCHEDULED}"
 
 
 def _cancel(conn: sqlite3.Connection, run_id: int, now: float, nudges: set[str]) -> RunState:
@@ -114,8 +134,15 @@ class SqliteRuns(Connected):
         rows = await self._rows(q.COUNT_RUNS)
         return {RunState(state): count for state, count in rows}
 
-    async def next_eta(self, queues: Sequence[str]) -> float | None:
-        """When the next scheduled run of ``queues`` is due."""
-        names = json.dumps(list(queues))
-        row = await self._one(q.NEXT_ETA, (names,), inline="read")
+    async def next_eta(self, queues: Sequence[str] | None) -> float | None:
+        """When the next scheduled run of ``queues`` (None: of any queue) is due."""
+        if queues is None:
+            row = await self._one(NEXT_ETA_ANY, inline="read")
+        else:
+            row = await self._one(q.NEXT_ETA, (json.dumps(list(queues)),), inline="read")
         return None if row is None or row[0] is None else float(row[0])
+
+    async def ready_queues(self, now: float) -> list[str]:
+        """The queues holding runs a claim could take at ``now``, by name."""
+        rows = await self._rows(READY_QUEUES, {"now": now}, inline="read")
+        return sorted(row[0] for row in rows)

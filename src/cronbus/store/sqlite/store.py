@@ -86,7 +86,9 @@ class SQLiteStore(
         if self.path == MEMORY:
             return
         if not await asyncio.to_thread(os.path.exists, self.path):
-            raise not_found(self.url)
+            folder = os.path.dirname(self.path)
+            missing = folder and not await asyncio.to_thread(os.path.isdir, folder)
+            raise not_found(self.url, f"no folder {folder!r}" if missing else "")
         versions = await self.schema_versions()
         if versions.current == 0:
             raise not_found(self.url, "the file holds no cronbus tables")

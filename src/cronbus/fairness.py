@@ -12,6 +12,9 @@ from each queue, so that a busy queue cannot starve the others (isolation, invar
 
 The plan is listed starting at ``rotation % len(queues)``: ties go to the queues that come first,
 and a store that hands a queue's unused slots to the queues after it spreads them fairly too.
+
+The spec ``"*"`` (:data:`EVERY_QUEUE`) asks for every queue: the worker then shares each claim
+among the queues that hold claimable runs at the time, each with weight 1, read from the store.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import re
 from collections.abc import Sequence
 
 from .errors import ConfigurationError
+from .validation import shorten
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 MAX_QUEUE_NAME = 100
@@ -27,16 +31,25 @@ _WEIGHT = re.compile(r"[0-9]+")
 
 Queues = tuple[tuple[str, int], ...]
 
+EVERY_QUEUE = "*"
+"""The queue spec of a worker that serves every queue (``*`` is not a valid queue name), and
+what the worker registry lists as its queues."""
+EVERY = ((EVERY_QUEUE, 1),)
+"""What :func:`parse_queues` returns for :data:`EVERY_QUEUE`."""
+
 
 def parse_queues(spec: str | Sequence[str]) -> Queues:
     """Parse ``"a,b:3,c"`` (or ``["a", "b:3", "c"]``) into ``(("a", 1), ("b", 3), ("c", 1))``.
 
     A weight follows a colon and defaults to 1. Items of a sequence may hold commas too, so a
-    repeated command-line option and a comma-separated one read the same. Raises
-    :class:`~cronbus.errors.ConfigurationError` on an empty, malformed or repeated name and on a
-    weight that is not a whole number >= 1.
+    repeated command-line option and a comma-separated one read the same. ``"*"`` alone means
+    every queue and gives :data:`EVERY`. Raises :class:`~cronbus.errors.ConfigurationError` on
+    an empty, malformed or repeated name, on a weight that is not a whole number >= 1, and on
+    ``*`` listed with other queues or with a weight.
     """
     items = _split(spec)
+    if any(item.strip().startswith(EVERY_QUEUE) for item in items):
+        return _every(items, spec)
     queues: list[tuple[str, int]] = []
     seen: set[str] = set()
     for item in items:
@@ -46,6 +59,26 @@ def parse_queues(spec: str | Sequence[str]) -> Queues:
         seen.add(name)
         queues.append((name, weight))
     return tuple(queues)
+
+
+def serves_every_queue(queues: Queues) -> bool:
+    """Whether ``queues`` (from :func:`parse_queues`) means every queue."""
+    return queues == EVERY
+
+
+def serves(registered: Sequence[str], queue: str) -> bool:
+    """Whether a worker registered with the queues ``registered`` serves ``queue``."""
+    return EVERY_QUEUE in registered or queue in registered
+
+
+def _every(items: list[str], spec: str | Sequence[str]) -> Queues:
+    """``*`` alone, or an error that says how to write it."""
+    if [item.strip() for item in items] != [EVERY_QUEUE]:
+        raise ConfigurationError(
+            f"'*' (every queue) cannot be weighted or listed with other queues in {_show(spec)};"
+            " give '*' alone, or list the queues"
+        )
+    return EVERY
 
 
 def plan_shares(
@@ -121,8 +154,8 @@ def _parse_weight(raw: str, item: str) -> int:
 
 
 def _show(spec: str | Sequence[str]) -> str:
-    """Render a spec for an error message."""
-    return repr(spec if isinstance(spec, str) else ",".join(map(str, spec)))
+    """Render a spec for an error message (at most 80 characters of it)."""
+    return shorten(spec if isinstance(spec, str) else ",".join(map(str, spec)))
 
 
 def _check_plan(queues: Sequence[tuple[str, int]], limit: int) -> None:

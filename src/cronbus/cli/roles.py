@@ -21,9 +21,9 @@ from rich.logging import RichHandler
 from .. import runner
 from ..app import App
 from ..errors import ConfigurationError
-from ..fairness import parse_queues
+from ..fairness import EVERY_QUEUE, parse_queues
 from ..store import StoreFaultError
-from ..worker.engine import check_labels
+from ..worker.serving import check_labels
 from .loading import CliError, app_options, resolve_app
 
 FC = TypeVar("FC", bound=Callable[..., Any])
@@ -41,7 +41,7 @@ def _role_options(fn: FC) -> FC:
             "--queues",
             metavar="NAME[:WEIGHT],...",
             help="Queues to serve, with optional weights (e.g. default,emails:3). "
-            "Default: every queue the app's tasks use.",
+            "Default: every queue, those first used later included, shared fairly ('*').",
         ),
         click.option(
             "--concurrency",
@@ -168,11 +168,11 @@ def _run_role(
     dispatcher: bool = False,
 ) -> None:
     app = resolve_app(app_spec, store_url)
-    spec = queues if queues is not None else default_queues(app)
+    spec = queues if queues is not None else EVERY_QUEUE
     try:
         parse_queues(spec)  # refuse a bad --queues before the store is opened
     except ConfigurationError as exc:
-        raise CliError(f"--queues {spec!r}: {exc}") from None
+        raise CliError(f"--queues: {exc}") from None
     try:
         chosen = check_labels(labels)
     except ConfigurationError as exc:
@@ -220,12 +220,6 @@ def _exit_now(*, status: int) -> NoReturn:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(status)
-
-
-def default_queues(app: App) -> str:
-    """Every queue the app's tasks use, so that `cronbus server` alone runs all of them."""
-    names = sorted({task.queue for task in app.tasks.values()})
-    return ",".join(names) or "default"
 
 
 def setup_logging(level: str) -> None:

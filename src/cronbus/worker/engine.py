@@ -5,6 +5,9 @@ ended since the last turn and claims runs for the free slots, in one transaction
 worker costs the store one transaction per batch, not two per run. Background duties run beside
 it: heartbeats renew leases (and carry cancel requests), and a reaper requeues runs of lost
 workers and ages retries.
+
+A worker serves named queues (``"default,emails:3"``) or, by default, every queue (``"*"``),
+including queues first used after it started (see :mod:`.serving`).
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import contextlib
 import logging
 import os
 import random
-import re
 import socket
 import uuid
 from collections.abc import Coroutine, Sequence
@@ -23,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..config import Settings
-from ..errors import ConfigurationError
-from ..fairness import parse_queues, plan_shares
+from ..fairness import EVERY_QUEUE, plan_shares
 from ..model import ClaimedRun, ClaimRequest, Outcome, QueueShare, WorkerInfo, WorkerState
 from ..store import CONTROL_CHANNEL, RUNS_CHANNEL, Listener, Store
 from . import capture
 from .execution import CANCELLED, LOST, SHUTDOWN, THREAD_POLITE_SECONDS, Executor
 from .outcomes import RunEvents
 from .report import report_all
+from .serving import Serving, check_labels
 
 if TYPE_CHECKING:
     from ..app import App
@@ -39,23 +41,6 @@ log = logging.getLogger("cronbus.worker")
 _RETRY_STORE_SECONDS = 0.5
 PRUNE_AFTER_SECONDS = 24 * 3600.0
 """Registry rows of workers silent this long (stopped, or lost and gone) are deleted."""
-_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:=-]{0,99}")
-
-
-def check_labels(labels: str | Sequence[str]) -> tuple[str, ...]:
-    """Worker labels from a comma list or a sequence; each is refused with a clear error
-    unless it is 1-100 letters, digits, ``.``, ``_``, ``:``, ``=`` or ``-``."""
-    items = labels.split(",") if isinstance(labels, str) else list(labels)
-    chosen = tuple(label.strip() for label in items if label.strip())
-    for label in chosen:
-        if not _LABEL.fullmatch(label):
-            raise ConfigurationError(
-                f"invalid worker label {label!r}: use 1 to 100 letters, digits, '.', '_', "
-                "':', '=' or '-'"
-            )
-    return chosen
-
-
 _FOREVER = 3600.0
 _RECORD_RETRIES = (0.1, 0.5, 1.0, 2.0, 5.0)
 
@@ -68,13 +53,13 @@ class _Active:
 
 
 class Worker:
-    """Claims and executes runs of an app's tasks from some queues."""
+    """Claims and executes runs of an app's tasks from some queues (by default every queue)."""
 
     def __init__(
         self,
         app: App,
         *,
-        queues: str | Sequence[str] = "default",
+        queues: str | Sequence[str] = EVERY_QUEUE,
         concurrency: int | None = None,
         settings: Settings | None = None,
         name: str | None = None,
@@ -83,7 +68,7 @@ class Worker:
         self.app = app
         self.labels = check_labels(labels)
         self.settings = (settings or app.settings).with_overrides(concurrency=concurrency)
-        self.queues = parse_queues(queues)
+        self.serving = Serving(queues)
         self.concurrency = self.settings.concurrency
         self.id = name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._active: dict[int, _Active] = {}
@@ -134,7 +119,7 @@ class Worker:
         log.info(
             "worker %s serving %s with concurrency %d",
             self.id,
-            ",".join(f"{q}:{w}" if w != 1 else q for q, w in self.queues),
+            self.serving.describe(),
             self.concurrency,
             extra={"action": "worker.start"},
         )
@@ -162,7 +147,7 @@ class Worker:
             id=self.id,
             host=socket.gethostname(),
             pid=os.getpid(),
-            queues=[q for q, _ in self.queues],
+            queues=self.serving.registered,
             labels=list(self.labels),
             concurrency=self.concurrency,
             version=__version__,
@@ -248,6 +233,7 @@ class Worker:
         """Turn nudges from the store (new or requeued runs) into the worker's wake event."""
         while True:
             if await runs.wait(_FOREVER):
+                self.serving.mark_stale()
                 self._wake.set()
 
     async def _claim_loop(self) -> None:
@@ -267,7 +253,8 @@ class Worker:
                 continue
             for run in claimed:
                 self._start(run)
-            if len(claimed) < free and not self._ended:
+            again = self.serving.claim_again(free, len(claimed))
+            if len(claimed) < free and not self._ended and not again:
                 await self._idle(await self._idle_timeout())
 
     def _free(self) -> int:
@@ -280,12 +267,14 @@ class Worker:
         self, ended: list[tuple[ClaimedRun, Outcome]], free: int
     ) -> list[ClaimedRun]:
         """Record what ended and claim up to ``free`` runs, in one store transaction."""
-        shares = plan_shares(self.queues, free, self._rotation) if free else []
+        loop, now = asyncio.get_running_loop(), self.app.clock.now()
+        queues = await self.serving.refresh(self.store, now, loop.time()) if free else ()
+        shares = plan_shares(queues, free, self._rotation) if free and queues else []
         self._rotation += 1
         request = ClaimRequest(
             worker_id=self.id,
             queues=[QueueShare(name=q, limit=n) for q, n in shares],
-            limit=free,
+            limit=free if shares else 0,
             lease_seconds=self.settings.lease_seconds,
         )
         done, claimed = await self.store.complete_and_claim(
@@ -298,7 +287,7 @@ class Worker:
     async def _idle_timeout(self) -> float:
         timeout = self.settings.poll_seconds
         try:
-            eta = await self.store.next_eta([q for q, _ in self.queues])
+            eta = await self.store.next_eta(self.serving.eta_queues)
         except Exception:
             return timeout
         if eta is not None:
@@ -312,9 +301,12 @@ class Worker:
         """
         if self._stopping.is_set():
             return
-        with contextlib.suppress(TimeoutError):
+        try:
             async with asyncio.timeout(timeout):
                 await self._wake.wait()
+        except TimeoutError:
+            # Runs may have come due, or appeared without a wake-up (a lost nudge): look again.
+            self.serving.mark_stale()
 
     def _start(self, claimed: ClaimedRun) -> None:
         interrupt: asyncio.Future[str] = asyncio.get_running_loop().create_future()

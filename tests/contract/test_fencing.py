@@ -65,7 +65,7 @@ async def raw(store: Store, statements: list[tuple[str, tuple[object, ...]]]) ->
     async with await psycopg.AsyncConnection.connect(server_url()) as pg:
         await pg.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(store.schema)))
         for text, params in statements:
-            await pg.execute(text, params)  # type: ignore[arg-type]
+            await pg.execute(text.encode(), params)
         await pg.commit()
 
 

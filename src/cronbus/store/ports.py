@@ -3,9 +3,10 @@
 Every role talks to the store only through these protocols; :class:`Store` composes them all
 and each backend (:mod:`.sqlite`, :mod:`.postgres`) implements it, which mypy checks (each
 backend's package asserts it at import), and ``tests/contract`` runs one suite against each.
-The store never reads the clock: callers pass ``now`` so tests can move time. Every method that
-changes a run derives its allowed ``from`` states from :mod:`cronbus.states`; the decisions both
-backends share are in :mod:`.logic`.
+Callers pass ``now`` so tests can move time; the one exception is lease expiry on PostgreSQL,
+which the server's clock times so that machines with skewed clocks agree (see
+:mod:`.fencing`). Every method that changes a run derives its allowed ``from`` states from
+:mod:`cronbus.states`; the decisions both backends share are in :mod:`.logic`.
 
 A subscription's pusher is held by one dispatcher at a time through a lease; every change a
 holder makes (moving the cursor, taking and finishing deliveries) is fenced by the lease's

@@ -36,6 +36,9 @@ log = logging.getLogger("cronbus.store")
 _CHECKPOINT_EVERY = 64
 _CHECKPOINT_BYTES = 4 * 1024 * 1024
 _RELAXED = {"full": "normal", "extra": "normal"}
+_BROKEN = frozenset({10, 11, 14, 26})
+"""SQLite's primary result codes for a file that is broken, not busy: SQLITE_IOERR, _CORRUPT,
+_CANTOPEN and _NOTADB."""
 
 
 class Database:
@@ -113,7 +116,8 @@ class Database:
 
     async def check(self) -> None:
         """Raise :class:`StoreFaultError` if the file is no longer the one opened (deleted,
-        replaced) or no longer a database (header overwritten), or cannot be read."""
+        replaced) or no longer a database (header overwritten), or cannot be read; a busy
+        file raises a plain :class:`StoreError`, which is no fault."""
         if self.identity is None:
             return
         fault = await asyncio.to_thread(file_fault, self.path, self.identity)
@@ -121,7 +125,12 @@ class Database:
             try:
                 await self.call(_read_schema_version, self.conn, inline="read")
             except StoreError as exc:
-                fault = f"the store file {self.path} cannot be read: {exc.__cause__ or exc}"
+                # A busy or locked file is not a fault: the roles wait for it or retry.
+                cause = exc.__cause__
+                code = getattr(cause, "sqlite_errorcode", 0) & 0xFF
+                if code not in _BROKEN:
+                    raise
+                fault = f"the store file {self.path} cannot be read: {cause}"
         if fault is not None:
             raise StoreFaultError(fault)
 

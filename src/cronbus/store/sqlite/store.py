@@ -96,7 +96,8 @@ class SQLiteStore(
 
     async def check(self) -> None:
         """Raise :class:`~cronbus.store.presence.StoreFaultError` if the file was deleted or
-        replaced since it was opened, or is no longer a readable database."""
+        replaced since it was opened, or is no longer a readable database (a busy file is no
+        fault: that is a plain :class:`~cronbus.errors.StoreError`)."""
         await self._database.check()
 
     async def close(self) -> None:

@@ -119,9 +119,15 @@ def attempt_json(attempt: Attempt) -> dict[str, Any]:
     }
 
 
-def run_detail_json(run: Run, attempts: Sequence[Attempt]) -> dict[str, Any]:
-    """A run with its attempts, oldest first."""
-    return {**run_json(run), "attempts": [attempt_json(a) for a in attempts]}
+def run_detail_json(
+    run: Run, attempts: Sequence[Attempt], warnings: Sequence[str] = ()
+) -> dict[str, Any]:
+    """A run with its attempts, oldest first, and what may keep it from running."""
+    return {
+        **run_json(run),
+        "attempts": [attempt_json(a) for a in attempts],
+        "warnings": list(warnings),
+    }
 
 
 # -- tables --------------------------------------------------------------------------------------
@@ -164,10 +170,13 @@ def print_dead(runs: Sequence[Run]) -> None:
     console().print(table)
 
 
-def print_run(run: Run, attempts: Sequence[Attempt]) -> None:
-    """A run's fields, its attempts, and then each attempt's traceback and logs in full."""
+def print_run(run: Run, attempts: Sequence[Attempt], warnings: Sequence[str] = ()) -> None:
+    """A run's fields (after ``warnings``: what may keep it from running), its attempts, and
+    then each attempt's traceback and logs in full."""
     out = console()
     out.print(Text.assemble(f"run {run.id}  ", (run.task, "bold"), "  ", state_text(run.state)))
+    for warning in warnings:
+        out.print(Text(f"warning: {warning}", style="yellow"))
     out.print(_run_fields(run, attempts))
     if not attempts:
         out.print("no attempts yet")

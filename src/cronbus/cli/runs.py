@@ -10,7 +10,8 @@ import click
 
 from ..app import App
 from ..errors import InvalidTransitionError
-from ..model import Attempt, Run, RunFilter
+from ..fairness import serves
+from ..model import Attempt, Run, RunFilter, WorkerState
 from ..states import RunEvent, RunState, sources
 from . import render
 from .loading import (
@@ -21,6 +22,9 @@ from .loading import (
     resolve_app,
     run_with_app,
 )
+
+_WAITING = sources(RunEvent.CLAIM) | sources(RunEvent.DUE)
+"""States of a run that waits for a worker: queued, or scheduled for later."""
 
 _json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document instead of a table."
@@ -80,15 +84,33 @@ def list_runs(
 def show_run(run_id: int, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
     """Show one run with its attempts: outcome, worker, times, errors, tracebacks and logs."""
 
-    async def fetch(app: App) -> tuple[Run, list[Attempt]]:
+    async def fetch(app: App) -> tuple[Run, list[Attempt], list[str]]:
         run = await app.store.get_run(run_id)
-        return run, await app.store.list_attempts(run_id)
+        return run, await app.store.list_attempts(run_id), await _waiting_warnings(app, run)
 
-    run, attempts = run_with_app(resolve_app(app_spec, store_url), fetch)
+    run, attempts, warnings = run_with_app(resolve_app(app_spec, store_url), fetch)
     if as_json:
-        render.print_json(render.run_detail_json(run, attempts))
+        render.print_json(render.run_detail_json(run, attempts, warnings))
     else:
-        render.print_run(run, attempts)
+        render.print_run(run, attempts, warnings)
+
+
+async def _waiting_warnings(app: App, run: Run) -> list[str]:
+    """Why a waiting run may wait for ever: no live worker serves its queue.
+
+    Checked here rather than at ``defer``, where reading the workers would cost every call.
+    A worker is live when it is alive by the registry and has sent a heartbeat within the lease
+    (``CRONBUS_LEASE_SECONDS``, as for ``workers list``); a draining one claims nothing more.
+    """
+    if run.state not in _WAITING:
+        return []
+    found = await app.store.list_workers(app.clock.now(), app.settings.lease_seconds)
+    if any(w.state is WorkerState.ALIVE and serves(w.queues, run.queue) for w in found):
+        return []
+    return [
+        f"no live worker serves queue {run.queue!r}; the run waits until one does "
+        "(a worker started without --queues serves every queue)"
+    ]
 
 
 @runs.command("cancel")

@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..app import App
+from ..fairness import EVERY_QUEUE
 from ..model import Run, WorkerInfo, WorkerState
 from ..states import ACTIVE
 from . import render
@@ -116,7 +117,8 @@ def list_workers(
     """List workers, newest first: state, queues, last heartbeat and the runs they hold.
 
     Stopped workers (which drained and deregistered) are left out unless --all or
-    --state stopped asks for them.
+    --state stopped asks for them. QUEUES shows * for a worker serving every queue (one
+    started without --queues).
     """
     seen = run_with_app(resolve_app(app_spec, store_url), _read_workers)
     hidden = sum(1 for s in seen if s.worker.state is WorkerState.STOPPED)
@@ -316,6 +318,13 @@ def _cells(seen: Seen) -> dict[str, str | Text]:
     }
 
 
+def _queues_text(queues: Sequence[str]) -> str:
+    """The queues of ``workers show``: ``* (every queue)`` said in words."""
+    if list(queues) == [EVERY_QUEUE]:
+        return f"{EVERY_QUEUE} (every queue)"
+    return ",".join(queues)
+
+
 def _running_summary(runs: Sequence[Run]) -> str:
     named = ", ".join(f"{run.id} {run.task}" for run in runs[:_RUNNING_SHOWN])
     more = len(runs) - _RUNNING_SHOWN
@@ -330,7 +339,7 @@ def _worker_fields(seen: Seen) -> Table:
     rows = [
         ("host", worker.host),
         ("pid", str(worker.pid)),
-        ("queues", ",".join(worker.queues)),
+        ("queues", _queues_text(worker.queues)),
         ("labels", ",".join(worker.labels) or "-"),
         ("concurrency", str(worker.concurrency)),
         ("version", worker.version),

@@ -32,6 +32,23 @@ async def test_check_passes_on_the_file_it_opened(tmp_path: Path) -> None:
         await store.close()
 
 
+async def test_a_relative_path_stays_the_file_opened_after_a_change_of_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    store = open_store("sqlite:///./x.db")
+    await store.open()
+    try:
+        monkeypatch.chdir(tmp_path / "elsewhere")  # as a task might
+        await store.check()
+        (tmp_path / "x.db").unlink()
+        with pytest.raises(StoreFaultError, match=r"^the store file \./x\.db was deleted"):
+            await store.check()
+    finally:
+        await store.close()
+
+
 @pytest.mark.parametrize(
     ("fault", "message"),
     [

@@ -66,6 +66,9 @@ class Database:
         self._checkpointing = False
         self.identity: tuple[int, int] | None = None
         """The file's device and inode when it was opened (None in memory)."""
+        self._where = path
+        """The file's absolute path when it was opened: a task that changes the process's
+        folder must not make a relative path name another file."""
 
     @property
     def is_open(self) -> bool:
@@ -120,7 +123,7 @@ class Database:
         file raises a plain :class:`StoreError`, which is no fault."""
         if self.identity is None:
             return
-        fault = await asyncio.to_thread(file_fault, self.path, self.identity)
+        fault = await asyncio.to_thread(file_fault, self._where, self.identity, self.path)
         if fault is None:
             try:
                 await self.call(_read_schema_version, self.conn, inline="read")
@@ -148,7 +151,8 @@ class Database:
             uri=target != self.path,
         )
         if self.path != MEMORY:
-            self.identity = file_identity(self.path)
+            self._where = os.path.abspath(self.path)
+            self.identity = file_identity(self._where)
             lock = os.path.abspath(self.path) + "-writer.lock"
             self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         # Switching a new file to WAL fails at once with "database is locked" when another

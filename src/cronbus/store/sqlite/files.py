@@ -45,28 +45,30 @@ def file_identity(path: str) -> tuple[int, int]:
     return found.st_dev, found.st_ino
 
 
-def file_fault(path: str, identity: tuple[int, int]) -> str | None:
+def file_fault(path: str, identity: tuple[int, int], shown: str = "") -> str | None:
     """What is wrong with the store file at ``path``, opened as ``identity``; None if nothing.
+    Messages name the file as ``shown`` (default: ``path``).
 
     A process keeps its file open: deleted or replaced, the file it writes to is one no other
     process sees; with its header overwritten, every other process is refused ("file is not a
     database") while this one goes on from its cache. Both are only seen by looking.
     """
+    name = shown or path
     try:
         now = file_identity(path)
     except FileNotFoundError:
-        return f"the store file {path} was deleted or replaced (no file is there now)"
+        return f"the store file {name} was deleted or replaced (no file is there now)"
     except OSError as exc:
-        return f"the store file {path} cannot be read: {exc.strerror or exc}"
+        return f"the store file {name} cannot be read: {exc.strerror or exc}"
     if now != identity:
-        return f"the store file {path} was deleted or replaced (another file is there now)"
+        return f"the store file {name} was deleted or replaced (another file is there now)"
     try:
         with open(path, "rb") as file:
             head = file.read(len(HEADER))
     except OSError as exc:
-        return f"the store file {path} cannot be read: {exc.strerror or exc}"
+        return f"the store file {name} cannot be read: {exc.strerror or exc}"
     if head != HEADER:
-        return f"the store file {path} is not a database any more (its header was overwritten)"
+        return f"the store file {name} is not a database any more (its header was overwritten)"
     return None
 
 

@@ -3,7 +3,8 @@ on the system topic ``cronbus.runs``, for alerts and for chaining one task to an
 
 They are published while at least one subscription reads that topic (looked up every few
 seconds), so a worker pays nothing for them otherwise. Each event's id is derived from the
-attempt, so publishing one twice stores it once.
+attempt and its claim's fence, so publishing one twice stores it once, while an attempt id that
+a crash handed out again (see :mod:`cronbus.store.fencing`) still gets events of its own.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ RUNS_TOPIC = "cronbus.runs"
 """The system topic of run outcomes."""
 SOURCE = "cronbus/worker"
 _REFRESH_SECONDS = 5.0
+_U64 = (1 << 64) - 1
+"""A fence (a signed 64-bit integer) as 16 hexadecimal digits in event ids."""
 log = logging.getLogger("cronbus.worker")
 
 
@@ -59,7 +62,7 @@ def outcome_events(claimed: ClaimedRun, outcome: Outcome, now: float) -> list[Ne
         data_json = data_json[:-1] + ', "result": ' + outcome.result_json + "}"
     return [
         NewEvent(
-            id=f"run-{claimed.run_id}-{outcome.attempt_id}-{kind}",
+            id=f"run-{claimed.run_id}-{outcome.attempt_id}-{claimed.fence & _U64:016x}-{kind}",
             type=kind,
             source=SOURCE,
             subject=f"run/{claimed.run_id}",

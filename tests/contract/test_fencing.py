@@ -169,11 +169,14 @@ async def claimed_now(store: Store, worker: str, now: float, lease: float = LEAS
     return c
 
 
-async def lease_left(store: Store, run_id: int) -> float:
-    """Seconds of the run's lease left, by this machine's clock (the server's, in tests)."""
-    expires = (await store.get_run(run_id)).lease_expires
-    assert expires is not None
-    return expires - time.time()
+async def lease_left(store: PostgresStore, run_id: int) -> float:
+    """Seconds of the run's lease left, by the server's clock (the test machine's may differ)."""
+    query = "SELECT lease_expires - extract(epoch FROM clock_timestamp()) FROM runs WHERE id = %s"
+    async with await psycopg.AsyncConnection.connect(server_url()) as pg:
+        await pg.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(store.schema)))
+        row = await (await pg.execute(query.encode(), (run_id,))).fetchone()
+    assert row is not None
+    return float(row[0])
 
 
 async def test_a_reaper_whose_clock_is_ahead_does_not_reap_a_fresh_lease(

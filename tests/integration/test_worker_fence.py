@@ -44,11 +44,6 @@ def crash_undoes_the_claim(db: Path, run_id: int, attempt_id: int) -> None:
         conn.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the worker's outcomes do not carry the claim's fence yet: worker/execution.py "
-    "must build each Outcome with fence=claimed.fence (see the issue 9 report)",
-)
 async def test_a_workers_late_outcome_under_a_repeated_attempt_id_is_refused(
     app: App, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -212,6 +212,7 @@ class Executor:
         return Outcome(
             run_id=claimed.run_id,
             attempt_id=claimed.attempt_id,
+            fence=claimed.fence,
             outcome=AttemptOutcome.SUCCEEDED,
             result_json=result_json,
             logs=logs,
@@ -224,6 +225,7 @@ class Executor:
             return Outcome(
                 run_id=claimed.run_id,
                 attempt_id=claimed.attempt_id,
+                fence=claimed.fence,
                 outcome=AttemptOutcome.SUCCEEDED,
                 result_json=result.result_json,
                 logs=result.logs,
@@ -249,6 +251,7 @@ class Executor:
             return Outcome(
                 run_id=claimed.run_id,
                 attempt_id=claimed.attempt_id,
+                fence=claimed.fence,
                 outcome=AttemptOutcome.LOST,
                 error=info,
                 logs=logs,
@@ -277,6 +280,7 @@ class Executor:
         return Outcome(
             run_id=claimed.run_id,
             attempt_id=claimed.attempt_id,
+            fence=claimed.fence,
             outcome=outcome,
             error=info,
             logs=logs,

@@ -1,7 +1,9 @@
 """Clocks: everything that waits, expires or backs off asks one of these for the time.
 
-The store never reads the time itself: engines pass ``now`` in, so tests can jump time with
-:class:`cronbus.testing.FakeClock` instead of sleeping.
+The store reads no time of its own but one: engines pass ``now`` in, so tests can jump time
+with :class:`cronbus.testing.FakeClock` instead of sleeping. The exception is lease expiry on
+PostgreSQL, which is timed by the database server's clock so that workers on machines whose
+clocks disagree neither steal nor keep leases wrongly.
 """
 
 from __future__ import annotations

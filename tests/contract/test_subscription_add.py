@@ -108,3 +108,15 @@ async def test_the_store_decides_create_only_puts(store: Store) -> None:
     # The same definition again is the stored subscription, unchanged.
     again = await es.put_subscription(won[0].spec, T0 + 5, create=True)
     assert again == won[0]
+
+
+async def test_a_redefinition_on_another_topic_starts_on_that_topic(apps: list[App]) -> None:
+    app = apps[0]
+    for n in range(3):
+        await app.publish_async("orders", "order.created", {"n": n})
+    await app.publish_async("audit", "audit.logged", {"n": 0})
+    first = await app.subscriptions.add("s", topic="orders", task="ship")
+    assert first.cursor == 3
+    moved = await app.subscriptions.add("s", topic="audit", task="ship", replace_existing=True)
+    # The old cursor counted offsets of another topic: the new one starts at audit's end.
+    assert (moved.topic, moved.cursor) == ("audit", 1)

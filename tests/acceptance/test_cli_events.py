@@ -370,7 +370,10 @@ BAD_INPUT: dict[str, tuple[tuple[str, ...], str]] = {
     "bad secret": ((*ADD, "--webhook", "https://a.b", "--secret", "s3cret"), "whsec_"),
     "bad header": ((*ADD, "--webhook", "https://a.b", "--header", "X-A"), "is not a header"),
     "unknown task": ((*ADD, "--task", "nope", "--app", "myapp"), "no task named 'nope'"),
-    "name taken": (("subs", "add", "hook", "--topic", "orders", "--task", "ship"), "--replace"),
+    "name taken": (
+        ("subs", "add", "hook", "--topic", "orders", "--task", "ship", "--max-attempts", "3"),
+        "--replace",
+    ),
     "bad state": (("subs", "deliveries", "hook", "--state", "done"), "unknown state 'done'"),
     "bad --from": (("subs", "replay", "hook", "--from", "yesterday"), "is not an offset"),
     "offset 0": (("subs", "replay", "hook", "--from", "0"), "offset must be >= 1"),
@@ -383,6 +386,7 @@ BAD_INPUT: dict[str, tuple[tuple[str, ...], str]] = {
 async def test_bad_input_is_one_line_and_changes_nothing(cli: Cli) -> None:
     await publish(cli.url, "orders", 2)
     cli.ok("subs", "add", "hook", "--topic", "orders", "--task", "ship")
+    cli.ok("subs", "add", "hook", "--topic", "orders", "--task", "ship")  # the same again: no-op
     before = cli.ok("subs", "list", "--json"), cli.ok("events", "topics", "--json")
     started = {name: cli.spawn(*argv) for name, (argv, _) in BAD_INPUT.items()}  # at once
     wrong = []

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from ..app import App
-from ..errors import InvalidArgumentError, SubscriptionNotFoundError
+from ..errors import InvalidArgumentError, SubscriptionExistsError
 from ..events.bus import build_filter, build_policy, check_name
 from ..events.event import validate_topic
 from ..events.records import Subscription
@@ -201,21 +201,27 @@ def add(
         app.get_task(task)
 
     async def create(app: App) -> Seen:
-        if not replace and await _exists(app, name):
-            raise CliError(f"a subscription named {name!r} exists; use --replace to redefine it")
-        sub = await app.subscriptions.add(
-            name,
-            topic=topic,
-            webhook=webhook,
-            secrets=list(secrets),
-            headers=headers,
-            task=task,
-            queue=queue,
-            filter=spec,
-            start=start,
-            replace_existing=replace,
-            **options,
-        )
+        # The store's insert decides: the same definition again is a no-op, another one is
+        # refused, so two concurrent adds of one name cannot overwrite each other.
+        try:
+            sub = await app.subscriptions.add(
+                name,
+                topic=topic,
+                webhook=webhook,
+                secrets=list(secrets),
+                headers=headers,
+                task=task,
+                queue=queue,
+                filter=spec,
+                start=start,
+                replace_existing=replace,
+                **options,
+            )
+        except SubscriptionExistsError:
+            raise CliError(
+                f"a subscription named {name!r} exists with another definition; "
+                "use --replace to redefine it"
+            ) from None
         return await read_seen(app, sub)
 
     seen = run_with_app(app, create)
@@ -244,14 +250,6 @@ def _target(
     if secrets or headers:
         raise click.UsageError("--secret and --header go with --webhook, not --task")
     return {"kind": "task", "task": task, "queue": queue}
-
-
-async def _exists(app: App, name: str) -> bool:
-    try:
-        await app.subscriptions.get(name)
-    except SubscriptionNotFoundError:
-        return False
-    return True
 
 
 async def read_seen(app: App, sub: Subscription) -> Seen:

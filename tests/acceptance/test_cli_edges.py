@@ -261,6 +261,22 @@ def test_the_command_line_refuses_nul_and_surrogates_in_one_line(cli: Cli) -> No
     assert_listings_work(cli)
 
 
+def test_json_nested_too_deep_is_one_line(cli: Cli) -> None:
+    """A decoder recursing 5,000 levels overflows Python's stack: typed JSON is read with
+    cronbus.serialization.parse_json, which says so in one line."""
+    asyncio.run(seed_event(cli.url))
+    deep = "[" * 5000
+    cases = cli.run_all(
+        ("jobs", "add", "deep", "--app", "myapp", "--task", "add", "--every", "60", "--args", deep),
+        ("defer", "add", "--app", "myapp", "--args", deep),
+        ("events", "publish", "t", "--type", "a.b", "--data", deep),
+    )
+    for done in cases:
+        assert_one_line_error(done)
+        assert "Recursion" not in done.stderr
+    assert_listings_work(cli)
+
+
 def test_a_bad_setting_names_the_variable(cli: Cli) -> None:
     process = cli.start("runs", "list", "--app", "myapp", env={"CRONBUS_LEASE_SECONDS": "abc"})
     out, err = process.communicate(timeout=DEADLINE_SECONDS)

@@ -18,9 +18,12 @@ from typing import Any
 import click
 
 from ..app import App
+from ..errors import SerializationError
 from ..events.bus import Published
 from ..events.event import DEFAULT_SOURCE, Event, make_event
 from ..events.records import TopicInfo
+from ..serialization import parse_json
+from ..validation import shorten
 from . import render
 from .loading import CliError, CronbusGroup, app_options, resolve_app, run_with_app
 from .subs_render import table
@@ -47,10 +50,9 @@ def _read_data(ctx: click.Context, param: click.Parameter, value: str | None) ->
         return None
     text = sys.stdin.read() if value == "-" else value
     try:
-        return json.loads(text)
-    except ValueError as exc:
-        where = "stdin" if value == "-" else repr(text)
-        raise click.BadParameter(f"{where} is not JSON ({exc})") from None
+        return parse_json(text, "stdin" if value == "-" else shorten(text))
+    except SerializationError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @events.command("publish")

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import click
 
 from ..app import App
-from ..errors import InvalidTransitionError
+from ..errors import InvalidTransitionError, SerializationError
 from ..fairness import serves
 from ..model import Attempt, Run, RunFilter, WorkerState
+from ..serialization import parse_json
 from ..states import RunEvent, RunState, sources
 from . import render
 from .loading import (
@@ -195,9 +195,9 @@ def _json(ctx: click.Context, param: click.Parameter, value: str) -> tuple[Any, 
         value = sys.stdin.read()
         where = f"{_shown(value)} from standard input"
     try:
-        return json.loads(value), where
-    except ValueError as exc:
-        raise click.BadParameter(f"{where} is not JSON ({exc})") from None
+        return parse_json(value, where), where
+    except SerializationError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _shown(value: str) -> str:

@@ -8,18 +8,19 @@ view of a subscription.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 import click
 
 from ..app import App
-from ..errors import InvalidArgumentError, SubscriptionExistsError
+from ..errors import InvalidArgumentError, SerializationError, SubscriptionExistsError
 from ..events.bus import build_filter, build_policy, check_name
 from ..events.event import validate_topic
 from ..events.records import Subscription
 from ..events.targets import check_target, check_url
+from ..serialization import parse_json
+from ..validation import shorten
 from . import render
 from .loading import CliError, app_options, resolve_app, run_with_app
 from .subs_render import Seen, subscription_json
@@ -67,9 +68,9 @@ def _filter(ctx: click.Context, param: click.Parameter, value: str | None) -> di
     if value is None:
         return {}
     try:
-        spec = json.loads(value)
-    except ValueError as exc:
-        raise click.BadParameter(f"{value!r} is not JSON ({exc})") from None
+        spec = parse_json(value, shorten(value))
+    except SerializationError as exc:
+        raise click.BadParameter(str(exc)) from None
     if not isinstance(spec, dict):
         raise click.BadParameter('must be a JSON object, like \'{"types": ["order.*"]}\'')
     return spec

@@ -270,32 +270,40 @@ def test_from_cloudevent_refuses_what_is_not_an_object() -> None:
         Event.from_cloudevent([])  # type: ignore[arg-type]
 
 
+# What cronbus accepts: text without NUL and lone surrogates; attributes printable.
+json_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
+printable = st.characters(blacklist_categories=("Cs", "Cc", "Cf", "Cn", "Co", "Zl", "Zp"))
 json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(-(2**53), 2**53)
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=8),
+    | json_text.filter(lambda t: len(t) <= 8),
     lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+        st.lists(inner, max_size=3)
+        | st.dictionaries(json_text.filter(lambda t: len(t) <= 5), inner, max_size=3)
     ),
     max_leaves=10,
 )
-names = st.text(min_size=1, max_size=12)
+names = st.text(printable, min_size=1, max_size=12).filter(
+    lambda t: t.isprintable() and t.strip() == t
+)
+types = st.from_regex(r"[a-z][a-z0-9.-]{0,11}", fullmatch=True)
+sources = st.from_regex(r"(urn:[a-z]{1,5}:[a-z0-9]{1,6}|/[a-z0-9/._~-]{0,10})", fullmatch=True)
 # Microsecond times: what RFC 3339 text carries through the JSON form.
 times = st.integers(0, 4_102_444_800 * 10**6).map(lambda us: us / 10**6)
 events = st.builds(
     make_event,
-    names,
+    types,
     json_values,
-    source=names,
+    source=sources,
     subject=st.none() | names,
     id=st.none() | st.from_regex(r"[\x21-\x7e]{1,20}", fullmatch=True),
     key=st.none() | names,
     time=times,
     extensions=st.dictionaries(
         st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True).filter(lambda n: n not in _reserved()),
-        st.text(max_size=5) | st.integers() | st.booleans(),
+        names.filter(lambda t: len(t) <= 5) | st.integers() | st.booleans(),
         max_size=3,
     ),
 )

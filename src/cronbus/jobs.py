@@ -19,7 +19,7 @@ from .errors import CodeJobError, ConfigurationError, JobExistsError
 from .handle import RunHandle
 from .job_specs import JobOptions, build_spec, check_job_name
 from .model import Fire, Job, JobSpec, Misfire
-from .store.common import job_run
+from .store.logic import job_run
 from .task import Task
 from .triggers import Trigger, next_fires, trigger_from_spec
 from .validation import check_int, check_label

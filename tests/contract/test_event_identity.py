@@ -11,7 +11,7 @@ from cronbus import App
 from cronbus.events import make_event
 from cronbus.events.records import NewEvent
 from cronbus.store import Store
-from cronbus.store.events_base import EventStore
+from cronbus.store.ports import EventStore
 
 T0 = 1_700_000_000.0
 

@@ -19,7 +19,7 @@ from cronbus.events.records import (
 )
 from cronbus.events.states import DeliveryState
 from cronbus.store import Store
-from cronbus.store.events_base import EVENTS_CHANNEL, EventStore
+from cronbus.store.ports import EVENTS_CHANNEL, EventStore
 
 T0 = 1_700_000_000.0
 HOOK = {"kind": "webhook", "url": "http://127.0.0.1:9/hook"}

@@ -18,7 +18,7 @@ from cronbus import App
 from cronbus.errors import InvalidArgumentError
 from cronbus.events.records import NewDelivery, NewEvent, SubscriptionSpec
 from cronbus.store import Store
-from cronbus.store.events_base import EventStore
+from cronbus.store.ports import EventStore
 
 T0 = 1_700_000_000.0
 HOOK = {"kind": "webhook", "url": "http://127.0.0.1:9/hook"}

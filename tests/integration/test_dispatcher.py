@@ -428,7 +428,7 @@ async def test_a_delivery_whose_event_retention_removed_is_a_dead_letter_with_th
 ) -> None:
     from cronbus.events.dispatcher import GONE_EVENT
     from cronbus.events.records import DeliveryOutcome, DeliveryResult, NewDelivery
-    from cronbus.store.events_base import EventStore
+    from cronbus.store.ports import EventStore
 
     store: EventStore = bus.store
     await bus.subscriptions.add("late", topic="t", webhook=targets.url("/late"), start="earliest")

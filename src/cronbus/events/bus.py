@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError
 from ..serialization import check_json
-from ..store.events_base import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore
+from ..store.ports import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore
 from ..validation import (
     check_int,
     check_label,

@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp.abc import AbstractResolver
 
-from ..store.base import Listener
-from ..store.events_base import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore
+from ..store.ports import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore, Listener
 from .faultlog import FaultLog
 from .handlers import HandlerPool
 from .netpolicy import FilteringResolver, NetPolicy

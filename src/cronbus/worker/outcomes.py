@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..events.records import NewEvent
 from ..model import ClaimedRun, Outcome
 from ..states import AttemptOutcome
-from ..store.events_base import EventStore
+from ..store.ports import EventStore
 
 if TYPE_CHECKING:
     from ..app import App

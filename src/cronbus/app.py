@@ -339,11 +339,7 @@ class App:
     # -- lifecycle -----------------------------------------------------------------------------
     async def open_async(self, *, create: bool = True) -> None:
         """Open the store (creating it and applying migrations) on the running loop. Nests.
-
-        ``create=False`` opens only a store that exists and is up to date, creating and
-        migrating nothing (:class:`~cronbus.store.StoreNotFoundError` otherwise): for work
-        that only reads, where a mistyped store URL must not make an empty store.
-        """
+        ``create=False`` (for reading) opens only an existing, up-to-date store."""
         self._opened += 1
         if self._store is not None:
             return

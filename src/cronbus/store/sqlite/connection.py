@@ -26,8 +26,9 @@ from ...errors import StoreError
 from .. import migrations
 from ..presence import StoreFaultError
 from ..wake import WakeHub
+from . import files
 from . import sql as q
-from .files import MEMORY, file_fault, file_identity, read_versions, statements, store_name, uri
+from .files import BROKEN, MEMORY, file_identity, statements, store_name, uri
 from .rows import Row, fetch_all, fetch_one
 
 T = TypeVar("T")
@@ -36,9 +37,6 @@ log = logging.getLogger("cronbus.store")
 _CHECKPOINT_EVERY = 64
 _CHECKPOINT_BYTES = 4 * 1024 * 1024
 _RELAXED = {"full": "normal", "extra": "normal"}
-_BROKEN = frozenset({10, 11, 14, 26})
-"""SQLite's primary result codes for a file that is broken, not busy: SQLITE_IOERR, _CORRUPT,
-_CANTOPEN and _NOTADB."""
 
 
 class Database:
@@ -88,7 +86,7 @@ class Database:
         (the caller has checked its schema): nothing is created and nothing migrated."""
         if create and not self.migrate:
             # Before connecting, which would create the file.
-            migrations.check(read_versions(self.path, self.busy_timeout))
+            migrations.check(files.read_versions(self.path, self.busy_timeout))
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="cronbus-sqlite")
         self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="cronbus-checkpoint")
         try:
@@ -123,15 +121,15 @@ class Database:
         file raises a plain :class:`StoreError`, which is no fault."""
         if self.identity is None:
             return
-        fault = await asyncio.to_thread(file_fault, self._where, self.identity, self.path)
+        fault = await asyncio.to_thread(files.file_fault, self._where, self.identity, self.path)
         if fault is None:
             try:
-                await self.call(_read_schema_version, self.conn, inline="read")
+                await self.call(files.read_schema_version, self.conn, inline="read")
             except StoreError as exc:
                 # A busy or locked file is not a fault: the roles wait for it or retry.
                 cause = exc.__cause__
                 code = getattr(cause, "sqlite_errorcode", 0) & 0xFF
-                if code not in _BROKEN:
+                if code not in BROKEN:
                     raise
                 fault = f"the store file {self.path} cannot be read: {cause}"
         if fault is not None:
@@ -319,10 +317,6 @@ class Database:
         if self._checkpoint_conn is not None:
             self._checkpoint_conn.close()
             self._checkpoint_conn = None
-
-
-def _read_schema_version(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA schema_version").fetchone()
 
 
 class Connected:

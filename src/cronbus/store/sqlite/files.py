@@ -15,6 +15,9 @@ from .. import migrations
 MEMORY = ":memory:"
 HEADER = b"SQLite format 3\x00"
 """The first 16 bytes of every SQLite database file."""
+BROKEN = frozenset({10, 11, 14, 26})
+"""SQLite's primary result codes for a file that is broken, not busy: SQLITE_IOERR, _CORRUPT,
+_CANTOPEN and _NOTADB."""
 
 
 def read_versions(path: str, busy_timeout: float) -> migrations.SchemaVersions:
@@ -70,6 +73,11 @@ def file_fault(path: str, identity: tuple[int, int], shown: str = "") -> str | N
     if head != HEADER:
         return f"the store file {name} is not a database any more (its header was overwritten)"
     return None
+
+
+def read_schema_version(conn: sqlite3.Connection) -> None:
+    """Read the schema's version through ``conn``: cheap, and fails on a broken file."""
+    conn.execute("PRAGMA schema_version").fetchone()
 
 
 def uri(path: str, mode: str) -> str:

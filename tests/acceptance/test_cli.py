@@ -239,6 +239,7 @@ def test_the_store_comes_from_store_then_the_app_then_cronbus_store(
 ) -> None:
     cli.ok("defer", "add", "--app", "myapp", "--args", "[1, 2]", "--store", cli.url)
     other = f"sqlite:///{tmp_path / 'other.db'}"
+    cli.ok("migrate", "--store", other)  # commands that only read create no store
     (tmp_path / "pinned.py").write_text(f"from cronbus import App\napp = App(store={cli.url!r})\n")
 
     def listed(*args: str, store: str) -> int:
@@ -253,6 +254,7 @@ def test_the_store_comes_from_store_then_the_app_then_cronbus_store(
 
 # -- dlq -----------------------------------------------------------------------------------------
 def test_dlq_requeue_all_with_no_dead_runs_prints_zero(cli: Cli) -> None:
+    cli.ok("migrate", "--store", cli.url)  # requeue changes what exists: it creates no store
     assert cli.ok("dlq", "requeue", "--all", "--store", cli.url).strip() == "requeued 0 runs"
 
 

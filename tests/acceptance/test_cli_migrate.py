@@ -89,7 +89,10 @@ def test_sqlite_check_then_migrate(tmp_path: Path) -> None:
 
 def test_a_store_behind_with_migrate_false_is_refused_in_one_line(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'cronbus.db'}?migrate=false"
-    error = one_line_error(cronbus(tmp_path, "runs", "list", store=store))
+    # A command that only reads finds no store at all; one that writes finds it behind.
+    assert "no such store" in one_line_error(cronbus(tmp_path, "runs", "list", store=store))
+    publish = ("events", "publish", "orders", "--type", "order.created")
+    error = one_line_error(cronbus(tmp_path, *publish, store=store))
     latest = migrations.load("sqlite")[-1].version
     assert f"schema is version 0, this cronbus needs version {latest}" in error
     assert "run `cronbus migrate`" in error

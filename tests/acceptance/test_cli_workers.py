@@ -24,6 +24,7 @@ from apps import worker_app as tasks
 from cluster.conftest import Workers, until, wait_exit
 from contract.pg import pg_store_url
 from cronbus import App, AttemptOutcome, RunState
+from cronbus.store import open_store
 
 DEADLINE_SECONDS = 60.0
 SLOW_SECONDS = 120.0
@@ -36,9 +37,15 @@ LEASE = "3"
 async def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh store: an SQLite file, or a new schema on the test PostgreSQL (never skipped in
     CI, where ``CI=true`` turns an unreachable server into a failure)."""
-    if request.param == "postgres":
-        return await pg_store_url(request)
-    return f"sqlite:///{tmp_path / 'cronbus.db'}"
+    url = (
+        await pg_store_url(request)
+        if request.param == "postgres"
+        else f"sqlite:///{tmp_path / 'cronbus.db'}"
+    )
+    # `workers list` opens only a store that exists: create it before any worker starts.
+    store = open_store(url)
+    await store.migrate()
+    return url
 
 
 @pytest.fixture
@@ -246,6 +253,7 @@ async def test_bad_input_is_one_line_without_traceback(
     tmp_path: Path, argv: tuple[str, ...], message: str
 ) -> None:
     sqlite = f"sqlite:///{tmp_path / 'empty.db'}"
+    await open_store(sqlite).migrate()  # an empty store, not a missing one
     status, out, err = await cronbus(*(a.replace("{sqlite}", sqlite) for a in argv))
     assert status == 1
     assert out == ""
@@ -257,6 +265,7 @@ async def test_bad_input_is_one_line_without_traceback(
 
 async def test_an_empty_store_has_no_workers(tmp_path: Path) -> None:
     sqlite = f"sqlite:///{tmp_path / 'empty.db'}"
+    await open_store(sqlite).migrate()
     assert await listed(sqlite) == []
     status, out, _ = await cronbus("workers", "list", "--store", sqlite)
     assert (status, out) == (0, "no workers\n")

@@ -75,7 +75,7 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
     spec = JobSpec(
         name=row[1],
         task=row[2],
-        trigger=json.loads(row[3]),
+        trigger=_trigger_spec(row[3]),
         args_json=row[4],
         kwargs_json=row[5],
         queue=row[6],
@@ -158,3 +158,16 @@ def attempt_from_row(row: Row) -> Attempt:
         error=error_from_row(row[8], row[9], row[10]),
         logs=row[11] or "",
     )
+
+
+def _trigger_spec(text: str) -> dict[str, Any]:
+    """A stored trigger spec; one that is not a JSON object (a row written by hand or damaged)
+    becomes a spec that every trigger reader refuses, so the job is shown and paused as having
+    an invalid trigger instead of breaking every listing and the scheduler."""
+    try:
+        spec = json.loads(text)
+    except (TypeError, ValueError):
+        spec = None
+    if isinstance(spec, dict):
+        return spec
+    return {"unreadable": str(text)[:80]}

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from .app import App
 from .events.dispatcher import Dispatcher
+from .fairness import EVERY_QUEUE
 from .scheduler import Scheduler
 from .store import Store, StoreFaultError
 from .worker.engine import Worker
@@ -40,7 +41,7 @@ FAULT_STOP_SECONDS = 10.0
 async def serve(
     app: App,
     *,
-    queues: str | Sequence[str] = "default",
+    queues: str | Sequence[str] = EVERY_QUEUE,
     concurrency: int | None = None,
     startup: bool = True,
     worker: bool = True,
@@ -185,7 +186,7 @@ def _on_signals(roles: Roles) -> None:
 def run(
     app: App,
     *,
-    queues: str | Sequence[str] = "default",
+    queues: str | Sequence[str] = EVERY_QUEUE,
     concurrency: int | None = None,
     startup: bool = True,
     worker: bool = True,

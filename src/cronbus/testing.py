@@ -68,27 +68,29 @@ async def run_until_idle_async(
     raise_errors: bool = True,
     max_runs: int = 100_000,
 ) -> list[Run]:
-    """Execute every due run of the app's queues here, one at a time, until none is due.
+    """Execute every due run here, one at a time, until none is due (of every queue, or of
+    ``queues`` when given).
 
     Returns the runs it executed, as they ended. With ``raise_errors``, a run that ends dead
     raises :class:`~cronbus.handle.RunEndedError` (a :class:`~cronbus.errors.RunFailedError`)
     with the task's error type, message and traceback as attributes, as ``handle.wait()`` does.
     Retries scheduled in the future are left alone: advance the app's clock and call again.
     """
-    names = list(queues or sorted({t.queue for t in app.tasks.values()} or {"default"}))
     executor = Executor(app.tasks, clock=app.clock, concurrency=1, log_limit=app.settings.log_limit)
-    request = ClaimRequest(
-        worker_id=_TESTING_WORKER,
-        queues=[QueueShare(name=n, limit=1) for n in names],
-        limit=1,
-        lease_seconds=app.settings.lease_seconds,
-    )
     never: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     ran: list[Run] = []
     capture.install()
     try:
         while len(ran) < max_runs:
-            claimed = await app.store.claim(request, app.clock.now())
+            # Without named queues, every queue is served, as a worker without --queues does.
+            names = list(queues) if queues else await app.store.ready_queues(app.clock.now())
+            request = ClaimRequest(
+                worker_id=_TESTING_WORKER,
+                queues=[QueueShare(name=n, limit=1) for n in names],
+                limit=1,
+                lease_seconds=app.settings.lease_seconds,
+            )
+            claimed = await app.store.claim(request, app.clock.now()) if names else []
             if not claimed:
                 break
             outcome = await executor.run(claimed[0], never)

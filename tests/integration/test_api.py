@@ -190,6 +190,17 @@ def test_sync_facade(sqlite_url: str) -> None:
         assert handle.wait(1).state is RunState.SUCCEEDED
 
 
+def test_run_until_idle_serves_every_queue_unless_told(sqlite_url: str) -> None:
+    app = make_app(sqlite_url)
+    send = next(t for n, t in app.tasks.items() if n.endswith("send"))
+    with app:
+        bulk = send.defer("a", queue="bulk-emails")  # a queue no task names
+        usual = send.defer("b")
+        assert [r.id for r in run_until_idle(app, queues=["emails"])] == [usual.id]
+        assert bulk.state is RunState.QUEUED
+        assert [r.id for r in run_until_idle(app)] == [bulk.id]
+
+
 async def test_blocking_call_on_the_apps_loop_is_refused(sqlite_url: str) -> None:
     app = make_app(sqlite_url)
     send = next(t for n, t in app.tasks.items() if n.endswith("send"))

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import socket
 import uuid
 from collections.abc import Coroutine, Sequence
@@ -30,7 +29,9 @@ from ..model import ClaimedRun, ClaimRequest, Outcome, QueueShare, WorkerInfo, W
 from ..store import CONTROL_CHANNEL, RUNS_CHANNEL, Listener, Store
 from . import capture
 from .execution import CANCELLED, LOST, SHUTDOWN, THREAD_POLITE_SECONDS, Executor
+from .orphans import Holdings, give_up_orphans
 from .outcomes import RunEvents
+from .reaping import reap_forever
 from .report import report_all
 from .serving import Serving, check_labels
 
@@ -39,8 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cronbus.worker")
 _RETRY_STORE_SECONDS = 0.5
-PRUNE_AFTER_SECONDS = 24 * 3600.0
-"""Registry rows of workers silent this long (stopped, or lost and gone) are deleted."""
 _FOREVER = 3600.0
 _RECORD_RETRIES = (0.1, 0.5, 1.0, 2.0, 5.0)
 
@@ -72,6 +71,7 @@ class Worker:
         self.concurrency = self.settings.concurrency
         self.id = name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._active: dict[int, _Active] = {}
+        self.holdings = Holdings()
         self._ended: list[tuple[ClaimedRun, Outcome]] = []
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()
@@ -112,7 +112,9 @@ class Worker:
         control = await self.store.listen([CONTROL_CHANNEL])
         helpers = [
             asyncio.create_task(self._heartbeats(control), name="cronbus-heartbeat"),
-            asyncio.create_task(self._reaper(), name="cronbus-reaper"),
+            asyncio.create_task(
+                reap_forever(self.store, self.app.clock, self.settings), name="cronbus-reaper"
+            ),
             asyncio.create_task(self._forward_wakeups(runs), name="cronbus-wakeups"),
         ]
         capture.install()
@@ -215,13 +217,19 @@ class Worker:
                 log.exception("recording %d outcomes failed; trying again", len(ended))
                 await asyncio.sleep(pause)
                 continue
+            self._settle(ended, done)
+            return
+        # Given up, the attempts are unknown to the worker: heartbeats requeue them as orphans.
+        self._settle(ended, None)
+        log.error("gave up recording %d outcomes; their runs will be requeued", len(ended))
+
+    def _settle(self, ended: list[tuple[ClaimedRun, Outcome]], done: list[bool] | None) -> None:
+        """Forget attempts whose outcomes the store answered (``done``; None: given up)."""
+        for claimed, _ in ended:
+            self.holdings.settled(claimed)
+        if done is not None:
             report_all(ended, done)
             self.run_events.ended(ended, done)
-            return
-        log.error(
-            "gave up recording %d outcomes; their leases will expire and the runs be requeued",
-            len(ended),
-        )
 
     def _interrupt_all(self, reason: str) -> None:
         for active in list(self._active.values()):
@@ -244,15 +252,20 @@ class Worker:
             if free == 0 and not ended:
                 await self._wake.wait()
                 continue
-            try:
-                claimed = await self._exchange(ended, free)
-            except Exception:
-                self._ended[:0] = ended
-                log.exception("recording outcomes and claiming runs failed; trying again")
+            claimed: list[ClaimedRun] | None = None
+            with self.holdings.claiming():
+                try:
+                    claimed = await self._exchange(ended, free)
+                except Exception:
+                    self._ended[:0] = ended
+                    log.exception("recording outcomes and claiming runs failed; trying again")
+                # No await before this: a heartbeat must not see the claim ended and its runs
+                # unknown (it would take them for orphans).
+                for run in claimed or ():
+                    self._start(run)
+            if claimed is None:
                 await self._idle(_RETRY_STORE_SECONDS)
                 continue
-            for run in claimed:
-                self._start(run)
             again = self.serving.claim_again(free, len(claimed))
             if len(claimed) < free and not self._ended and not again:
                 await self._idle(await self._idle_timeout())
@@ -280,8 +293,7 @@ class Worker:
         done, claimed = await self.store.complete_and_claim(
             [outcome for _, outcome in ended], request, self.app.clock.now()
         )
-        report_all(ended, done)
-        self.run_events.ended(ended, done)
+        self._settle(ended, done)
         return claimed
 
     async def _idle_timeout(self) -> float:
@@ -312,6 +324,7 @@ class Worker:
         interrupt: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         active = _Active(claimed, interrupt)
         self._active[claimed.attempt_id] = active
+        self.holdings.claimed(claimed)
         active.task = asyncio.create_task(self._attempt(active))
 
     async def _attempt(self, active: _Active) -> None:
@@ -327,7 +340,9 @@ class Worker:
         if outcome is not None:
             self._ended.append((claimed, outcome))
             self._wake.set()
-        elif not active.interrupt.done():
+            return
+        self.holdings.settled(claimed)  # given up: if the store still has it, it is an orphan
+        if not active.interrupt.done():
             log.error(
                 "run %d: attempt %d ended without an outcome", claimed.run_id, claimed.attempt_id
             )
@@ -352,32 +367,18 @@ class Worker:
             # An attempt recorded while the heartbeat was on its way is not lost: it is done.
             if active.interrupt.done() or attempt_id not in self._active:
                 continue
-            if entry is None:
+            # Another fence: the attempt id was claimed again (by this worker's id, but not by
+            # this claim), so this claim no longer holds the run.
+            if entry is None or entry.fence != active.claimed.fence:
                 log.warning(
                     "run %d: lease lost; abandoning attempt %d", active.claimed.run_id, attempt_id
                 )
                 active.interrupt.set_result(LOST)
             elif entry.cancelling:
                 active.interrupt.set_result(CANCELLED)
-
-    async def _reaper(self) -> None:
-        while True:
-            try:
-                now = self.app.clock.now()
-                reaped = await self.store.reap(now, self.settings.max_lost)
-                if reaped:
-                    log.warning(
-                        "requeued %d runs of lost workers: %s",
-                        len(reaped),
-                        reaped[:10],
-                        extra={"action": "runs.reaped"},
-                    )
-                await self.store.age_retries(now, self.settings.retry_aging_seconds)
-                await self.store.prune_workers(now - PRUNE_AFTER_SECONDS)
-            except Exception:
-                log.exception("reaping expired leases failed")
-            pause = self.settings.lease_seconds / 2
-            await asyncio.sleep(pause * (0.5 + random.random()))
+        orphans = self.holdings.orphans(held)
+        if orphans:
+            await give_up_orphans(self.store, self.id, orphans, self.app.clock.now())
 
 
 async def _first(*waits: Coroutine[Any, Any, Any], timeout: float | None = None) -> None:

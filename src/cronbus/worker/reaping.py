@@ -1,0 +1,40 @@
+"""The worker's reaper: requeues the runs of lost workers, ages retries and prunes the registry.
+
+Every worker runs one, at random intervals around half a lease, so a cluster reaps promptly
+without all its workers hitting the store at the same moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from ..clock import Clock
+from ..config import Settings
+from ..store import Store
+
+log = logging.getLogger("cronbus.worker")
+PRUNE_AFTER_SECONDS = 24 * 3600.0
+"""Registry rows of workers silent this long (stopped, or lost and gone) are deleted."""
+
+
+async def reap_forever(store: Store, clock: Clock, settings: Settings) -> None:
+    """Reap expired leases, age retries and prune silent workers until cancelled."""
+    while True:
+        try:
+            now = clock.now()
+            reaped = await store.reap(now, settings.max_lost)
+            if reaped:
+                log.warning(
+                    "requeued %d runs of lost workers: %s",
+                    len(reaped),
+                    reaped[:10],
+                    extra={"action": "runs.reaped"},
+                )
+            await store.age_retries(now, settings.retry_aging_seconds)
+            await store.prune_workers(now - PRUNE_AFTER_SECONDS)
+        except Exception:
+            log.exception("reaping expired leases failed")
+        pause = settings.lease_seconds / 2
+        await asyncio.sleep(pause * (0.5 + random.random()))

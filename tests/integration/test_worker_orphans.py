@@ -196,5 +196,11 @@ async def test_a_worker_abandons_an_attempt_held_under_another_fence(
     run = await app.store.get_run(handle.id)
     assert run.result != "late"
     assert run.result != "cancelled"
+    # Abandoned on the first heartbeat that showed the other fence, not only once the orphan
+    # was given up (after which the run is no longer held at all).
+    messages = [r.getMessage() for r in caplog.records]
+    abandoned = messages.index(f"run {handle.id}: lease lost; abandoning attempt {attempt.id}")
+    orphaned = next(i for i, m in enumerate(messages) if "was claimed for worker W" in m)
+    assert abandoned < orphaned
     # The interrupted attempt's own return value ("cancelled") was never recorded.
     assert "outcome succeeded dropped" not in caplog.text

@@ -111,7 +111,12 @@ async def give_up_orphans(
     store: RunLeases, worker_id: str, orphans: Sequence[HeldAttempt], now: float
 ) -> None:
     """Complete ``orphans`` as lost (their runs are queued again without using a retry)."""
-    done = await store.complete([orphan_outcome(entry) for entry in orphans], now)
+    try:
+        done = await store.complete([orphan_outcome(entry) for entry in orphans], now)
+    except Exception:
+        # The next heartbeats list them again, and this is tried once more.
+        log.exception("giving up %d orphaned claims failed; trying again later", len(orphans))
+        return
     for entry, ok in zip(orphans, done, strict=True):
         log.warning(
             "run %d: attempt %d was claimed for worker %s by a transaction whose commit was not "

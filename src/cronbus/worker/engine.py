@@ -3,8 +3,9 @@
 The claim loop is the worker's only writer of outcomes: each turn records every attempt that
 ended since the last turn and claims runs for the free slots, in one transaction, so a busy
 worker costs the store one transaction per batch, not two per run. Background duties run beside
-it: heartbeats renew leases (and carry cancel requests), and a reaper requeues runs of lost
-workers and ages retries.
+it: heartbeats renew leases (and carry cancel requests, and show claims the worker never
+learnt of, which it gives up: see :mod:`.orphans`), and a reaper requeues runs of lost workers
+and ages retries.
 
 A worker serves named queues (``"default,emails:3"``) or, by default, every queue (``"*"``),
 including queues first used after it started (see :mod:`.serving`).

@@ -16,10 +16,12 @@ from ..model import (
     JobSpec,
     Lane,
     Misfire,
+    NewRun,
     Overlap,
     Run,
 )
 from ..states import AttemptOutcome, RunState
+from .logic import initial_state
 
 Row = tuple[Any, ...]
 
@@ -171,3 +173,25 @@ def _trigger_spec(text: str) -> dict[str, Any]:
     if isinstance(spec, dict):
         return spec
     return {"unreadable": str(text)[:80]}
+
+
+def new_run_values(run: NewRun, now: float) -> tuple[Any, ...]:
+    """The values both stores insert for a new run, in their common column order (task, queue,
+    state, priority, eta, max_attempts, timeout, idempotency_key, target_worker, route_key,
+    job_id, fire_at, concurrency_key, overlap); each store adds its own columns after them."""
+    return (
+        run.task,
+        run.queue,
+        initial_state(run.eta, now).value,
+        run.priority,
+        run.eta,
+        run.max_attempts,
+        run.timeout,
+        run.idempotency_key,
+        run.target_worker,
+        run.route_key,
+        run.job_id,
+        run.fire_at,
+        run.concurrency_key,
+        run.overlap.value,
+    )

@@ -12,7 +12,8 @@ from typing import Any, NamedTuple
 
 from ...model import ClaimedRun, NewRun, Outcome, WorkerInfo, WorkerState
 from ...states import ACTIVE, AttemptOutcome, RunState
-from ..logic import Finish, finish, initial_state, worker_state
+from ..logic import Finish, finish, worker_state
+from ..rows import new_run_values
 from . import sql as q
 from .connection import Cursor, Row, Tx
 
@@ -214,27 +215,7 @@ def lost_change(run_id: int, attempt_id: int, source: str, change: Finish) -> Ro
 
 def run_params(runs: Sequence[NewRun], now: float) -> dict[str, Any]:
     """``INSERT_RUNS``' (and ``INSERT_KEYED_RUNS``') parameters for new runs."""
-    rows = [
-        (
-            run.task,
-            run.queue,
-            initial_state(run.eta, now).value,
-            run.priority,
-            run.eta,
-            run.max_attempts,
-            run.timeout,
-            run.idempotency_key,
-            run.target_worker,
-            run.route_key,
-            run.job_id,
-            run.fire_at,
-            run.concurrency_key,
-            run.overlap.value,
-            run.args_json,
-            run.kwargs_json,
-        )
-        for run in runs
-    ]
+    rows = [(*new_run_values(run, now), run.args_json, run.kwargs_json) for run in runs]
     return {**arrays(_RUN_COLUMNS, rows), "now": now}
 
 

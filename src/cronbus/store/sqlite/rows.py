@@ -14,7 +14,8 @@ from ...errors import StoreError
 from ...events.records import DeliveryOutcome, DeliveryResult
 from ...events.states import DeliveryEvent, DeliveryState, transition
 from ...model import Deferred, NewRun, Outcome
-from ..logic import Finish, initial_state
+from ..logic import Finish
+from ..rows import new_run_values
 from . import sql as q
 
 Row = tuple[Any, ...]
@@ -83,24 +84,7 @@ def sequence(conn: sqlite3.Connection, table: str) -> int:
 
 def run_row(run: NewRun, now: float) -> tuple[Any, ...]:
     """A new run's row, for ``INSERT_RUN``."""
-    return (
-        run.task,
-        run.queue,
-        initial_state(run.eta, now).value,
-        run.priority,
-        run.eta,
-        run.max_attempts,
-        run.timeout,
-        run.idempotency_key,
-        run.target_worker,
-        run.route_key,
-        run.job_id,
-        run.fire_at,
-        run.concurrency_key,
-        run.overlap.value,
-        now,
-        now,
-    )
+    return (*new_run_values(run, now), now, now)
 
 
 def finish_params(run_id: int, attempt_id: int, change: Finish, now: float) -> dict[str, Any]:

@@ -49,6 +49,25 @@ def _rate(trigger: Cron, steps: int) -> float:
     return steps / (time.perf_counter() - started)
 
 
+def _cronsim_rate(expr: str, zone: str, steps: int) -> float | None:
+    """The same for cronsim (an independent parser, the test suite's reference), stepping its
+    iterator from START; None where cronsim is not installed or cannot read ``expr``."""
+    try:
+        from zoneinfo import ZoneInfo
+
+        from cronsim import CronSim
+    except ImportError:
+        return None
+    try:
+        it = CronSim(expr, datetime.fromtimestamp(START, ZoneInfo(zone)))
+    except Exception:  # a form cronsim does not read (seconds, Quartz)
+        return None
+    started = time.perf_counter()
+    for _ in range(steps):
+        next(it)
+    return steps / (time.perf_counter() - started)
+
+
 def _parse_rate(n: int, *, cached: bool) -> float:
     """Triggers built per second (expression parsed and checked, zone looked up).
 
@@ -102,6 +121,10 @@ def main(argv: list[str] | None = None, *, environment: bool = True) -> list[Fig
         rate = max(_rate(trigger, args.steps) for _ in range(args.repeat))
         settings = {"expr": repr(expr), "tz": zone, "steps": args.steps}
         figures.append(report(Figure(BENCH, name, rate, "fires/s", settings)))
+        rates = [_cronsim_rate(expr, zone, args.steps) for _ in range(args.repeat)]
+        if None not in rates:
+            best = max(r for r in rates if r is not None)
+            figures.append(report(Figure(BENCH, f"{name} (cronsim)", best, "fires/s", settings)))
     for name, cached in (("parse", False), ("parse cached", True)):
         rate = max(_parse_rate(args.parse, cached=cached) for _ in range(args.repeat))
         settings = {"n": args.parse, "cache": cached}

@@ -40,6 +40,12 @@ def ship(event) -> None:
 """
 
 
+def _interruptible() -> None:
+    """In the child: Ctrl-C as a terminal sends it, even when the test run was started in the
+    background, where SIGINT arrives ignored and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @dataclass(frozen=True)
 class Cli:
     """The command line, run in one test's folder against one store."""
@@ -86,6 +92,7 @@ class Cli:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=_interruptible,
         )
 
 

@@ -240,7 +240,7 @@ async def test_tail_follow_prints_new_events_until_ctrl_c(cli: Cli) -> None:
         for process in (follower, limited):
             if process.poll() is None:
                 process.kill()
-                process.wait()
+            process.communicate()  # reaps it and closes its pipes
 
 
 async def test_retention_changes_only_the_limits_given(cli: Cli) -> None:

@@ -11,6 +11,7 @@ import pytest
 from apps.worker_app import app as worker_app
 from cronbus import App, Worker
 from cronbus.config import Settings
+from integration.http_targets import Targets
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
@@ -39,3 +40,12 @@ async def worker(app: App) -> AsyncIterator[Worker]:
     yield w
     w.request_stop(hurry=True)
     await asyncio.wait_for(task, 10)
+
+
+@pytest.fixture
+async def targets() -> AsyncIterator[Targets]:
+    """A loopback HTTP server that records what webhooks receive."""
+    server = Targets()
+    await server.start()
+    yield server
+    await server.stop()

@@ -41,15 +41,6 @@ async def bus(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[A
         yield app
 
 
-@pytest.fixture
-async def targets() -> AsyncIterator[Targets]:
-    """Loopback HTTP servers."""
-    server = Targets()
-    await server.start()
-    yield server
-    await server.stop()
-
-
 class Running:
     """A dispatcher running in the test's loop."""
 

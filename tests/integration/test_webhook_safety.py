@@ -35,15 +35,6 @@ async def bus(tmp_path: Path) -> AsyncIterator[App]:
         yield app
 
 
-@pytest.fixture
-async def targets() -> AsyncIterator[Targets]:
-    """A loopback HTTP server."""
-    server = Targets()
-    await server.start()
-    yield server
-    await server.stop()
-
-
 class Running:
     """A dispatcher running in the test's loop."""
 

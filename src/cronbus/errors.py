@@ -3,24 +3,33 @@
 ::
 
     CronbusError
+    ├── NotFoundError             the thing named does not exist            (HTTP 404, CLI exit 1)
+    │   ├── RunNotFoundError          no run has that id
+    │   ├── JobNotFoundError          no job has that name
+    │   ├── SubscriptionNotFoundError no subscription has that name
+    │   ├── DeliveryNotFoundError     no delivery has that id
+    │   └── UnknownTaskError          no task of that name is registered
+    ├── ConflictError             the change clashes with what is stored     (HTTP 409)
+    │   ├── JobExistsError            a job of that name exists already
+    │   ├── CodeJobError              a job defined in code is changed without force
+    │   ├── SubscriptionExistsError   another subscription of that name exists already
+    │   └── InvalidTransitionError    a state change the run state machine forbids
+    ├── InvalidArgumentError      an input is out of range or of the wrong kind (HTTP 422)
+    │   └── SerializationError        an argument or result is not JSON
+    ├── UnauthorizedError         no credentials, or credentials not valid     (HTTP 401)
+    ├── ForbiddenError            the caller may not do this, or not here      (HTTP 403)
+    ├── RateLimitedError          the caller sent too many requests           (HTTP 429)
     ├── ConfigurationError        a setting, URL or option is wrong
     │   └── StoreURLError         a store URL cannot be understood
-    ├── SerializationError        an argument or result is not JSON
-    ├── InvalidArgumentError      an option or argument is out of range or of the wrong kind
-    ├── UnknownTaskError          no task of that name is registered
-    ├── RunNotFoundError          no run has that id
-    ├── JobNotFoundError          no job has that name
-    ├── JobExistsError            a job of that name exists already
-    ├── CodeJobError              a job defined in code is changed without force
-    ├── SubscriptionNotFoundError no subscription has that name
-    ├── SubscriptionExistsError   another subscription of that name exists already
-    ├── DeliveryNotFoundError     no delivery has that id
-    ├── InvalidTransitionError    a state change the run state machine forbids
     ├── StoreError                the store failed or holds an unexpected schema
     │   └── SchemaError           the store's schema is not the version this cronbus needs
     ├── RunTimeoutError           ``RunHandle.wait`` gave up before the run ended
     ├── RunFailedError            a run ended without success (raised by ``testing``)
     └── WebhookVerificationError  a received webhook's signature or timestamp is not valid
+
+The first five branches are the service layer's answers: every front end (Python API, CLI,
+HTTP API, console) maps them mechanically, so a rule refused at one door is refused the same way
+at all of them.
 
 Tasks may raise :class:`Abort` to fail without retries; it is not a ``CronbusError`` because it
 belongs to user code, not to cronbus.
@@ -36,6 +45,41 @@ class CronbusError(Exception):
         super().__init__(message or (type(self).__doc__ or "").strip())
 
 
+class NotFoundError(CronbusError, LookupError):
+    """The run, job, subscription, delivery, task, token or other thing named does not exist."""
+
+
+class ConflictError(CronbusError):
+    """The change clashes with what is stored: a name taken, a state that forbids it."""
+
+
+class InvalidArgumentError(CronbusError, ValueError):
+    """An argument given to cronbus is out of range or of the wrong kind.
+
+    ``field`` names the input at fault when one is known (``"queue"``, ``"data.id"``), so an
+    HTTP answer can point at it."""
+
+    def __init__(self, *args: object, field: str | None = None) -> None:
+        super().__init__(*args)
+        self.field = field
+
+
+class UnauthorizedError(CronbusError):
+    """No credentials were given, or they are not valid (unknown, revoked or expired token)."""
+
+
+class ForbiddenError(CronbusError, PermissionError):
+    """The caller is known but may not do this: its scope is too low, or the namespace not its."""
+
+
+class RateLimitedError(CronbusError):
+    """The caller sent more requests than its rate allows; try again after ``retry_after``."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class ConfigurationError(CronbusError):
     """A setting, URL or option is wrong."""
 
@@ -44,45 +88,45 @@ class StoreURLError(ConfigurationError):
     """The store URL cannot be understood; use sqlite:///path.db or postgresql://..."""
 
 
-class SerializationError(CronbusError, TypeError):
+class SerializationError(InvalidArgumentError, TypeError):
     """A value is not JSON; arguments and results must be JSON values."""
 
 
-class UnknownTaskError(CronbusError, LookupError):
+class UnknownTaskError(NotFoundError):
     """No task of that name is registered in the app."""
 
 
-class RunNotFoundError(CronbusError, LookupError):
+class RunNotFoundError(NotFoundError):
     """No run has that id."""
 
 
-class JobNotFoundError(CronbusError, LookupError):
+class JobNotFoundError(NotFoundError):
     """No job has that name."""
 
 
-class JobExistsError(CronbusError, ValueError):
+class JobExistsError(ConflictError, ValueError):
     """A job of that name exists already (``jobs.add``; change it with ``jobs.update``)."""
 
 
-class CodeJobError(CronbusError):
+class CodeJobError(ConflictError):
     """The job is defined in code: the next scheduler start restores it; pass force to change it
     anyway."""
 
 
-class SubscriptionNotFoundError(CronbusError, LookupError):
+class SubscriptionNotFoundError(NotFoundError):
     """No subscription has that name."""
 
 
-class SubscriptionExistsError(CronbusError, ValueError):
+class SubscriptionExistsError(ConflictError, ValueError):
     """Another subscription of that name exists already (``subscriptions.add``; change it with
     ``subscriptions.update``, or add it with ``replace_existing=True``)."""
 
 
-class DeliveryNotFoundError(CronbusError, LookupError):
+class DeliveryNotFoundError(NotFoundError):
     """No delivery has that id."""
 
 
-class InvalidTransitionError(CronbusError):
+class InvalidTransitionError(ConflictError):
     """The run state machine forbids this change of state."""
 
 
@@ -104,10 +148,6 @@ class RunFailedError(CronbusError):
 
 class Abort(Exception):
     """Raise from a task to fail its run at once, without retries (it becomes dead)."""
-
-
-class InvalidArgumentError(CronbusError, ValueError):
-    """An argument given to cronbus is out of range or of the wrong kind."""
 
 
 class WebhookVerificationError(CronbusError):

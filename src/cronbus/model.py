@@ -82,6 +82,8 @@ class NewRun:
     fire_at: float | None = None
     concurrency_key: str | None = None
     overlap: Overlap = Overlap.ALLOW
+    namespace: str = "default"
+    """The namespace (tenant) the run belongs to: only workers of that namespace claim it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +110,8 @@ class ClaimRequest:
     queues: Sequence[QueueShare]
     limit: int
     lease_seconds: float
+    namespace: str = "default"
+    """Only runs of this namespace are claimed (a worker serves its app's namespace)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,11 +227,12 @@ class Run:
     route_key: str | None = None
     job_id: int | None = None
     fire_at: float | None = None
+    namespace: str = "default"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunFilter:
-    """Which runs to list."""
+    """Which runs to list: newest first, ``before_id`` the keyset (ids below it only)."""
 
     states: Sequence[RunState] = ()
     task: str | None = None
@@ -235,6 +240,12 @@ class RunFilter:
     queue: str | None = None
     limit: int = 50
     before_id: int | None = None
+    namespace: str | None = None
+    """Runs of this namespace only; ``None`` lists every namespace."""
+    created_after: float | None = None
+    """Runs created at or after this time only."""
+    created_before: float | None = None
+    """Runs created before this time only."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -252,6 +263,16 @@ class WorkerInfo:
     heartbeat_at: float
     state: WorkerState = WorkerState.ALIVE
     running: Sequence[int] = field(default_factory=tuple)
+    namespace: str = "default"
+    """The namespace whose runs the worker claims."""
+    tasks: Sequence[str] = ()
+    """Names of the tasks the worker's code registers (what it can run)."""
+    drain_requested: bool = False
+    """An operator asked it to drain (``request_drain``): it does on its next heartbeat."""
+
+
+_NOT_HASHED = frozenset({"paused", "namespace"})
+"""JobSpec fields left out of its digest."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -276,6 +297,8 @@ class JobSpec:
     max_fires: int | None = None
     source: str = "api"
     paused: bool = False
+    namespace: str = "default"
+    """The namespace the job and its runs belong to (not part of :meth:`spec_hash`)."""
 
     @property
     def after_seconds(self) -> float | None:
@@ -286,7 +309,8 @@ class JobSpec:
 
     def spec_hash(self) -> str:
         """A digest of the definition, to tell whether a code-defined job changed."""
-        body = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "paused"}
+        # Pausing and moving between namespaces are not changes of the definition itself.
+        body = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in _NOT_HASHED}
         text = json.dumps(body, sort_keys=True, default=str)
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 

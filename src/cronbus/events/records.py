@@ -82,6 +82,8 @@ class TopicInfo:
     events: int
     max_age: float | None = None
     max_events: int | None = None
+    namespace: str = "default"
+    """The namespace the topic belongs to (set by its first append)."""
 
 
 class TargetKind(enum.StrEnum):
@@ -150,6 +152,8 @@ class SubscriptionSpec:
     origin: Origin = Origin.API
     start: str = "latest"
     """Where a new subscription's cursor starts: ``latest`` (events after now) or ``earliest``."""
+    namespace: str = "default"
+    """The namespace it belongs to; task runs it defers inherit it."""
 
     @property
     def kind(self) -> TargetKind:
@@ -160,7 +164,8 @@ class SubscriptionSpec:
         return (
             f"SubscriptionSpec(name={self.name!r}, topic={self.topic!r}, "
             f"target={public_target(self.target)!r}, filter={self.filter!r}, "
-            f"policy={self.policy!r}, origin={self.origin!r}, start={self.start!r})"
+            f"policy={self.policy!r}, origin={self.origin!r}, start={self.start!r}, "
+            f"namespace={self.namespace!r})"
         )
 
 

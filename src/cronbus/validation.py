@@ -295,3 +295,20 @@ def _span(seconds: float) -> str:
     if years >= 1:
         return f"{years:g} years"
     return f"{seconds / 86_400:g} days"
+
+
+_NAMESPACE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}", re.ASCII)
+DEFAULT_NAMESPACE = "default"
+"""The namespace of an app, job, run, topic or subscription created without one."""
+
+
+def check_namespace(value: object, field: str = "namespace") -> str:
+    """A namespace name: 1 to 63 lower-case ASCII letters, digits, ``_``, ``.`` or ``-``,
+    starting with a letter or digit (so it fits a URL path segment and a topic name)."""
+    if not isinstance(value, str) or not _NAMESPACE.fullmatch(value):
+        raise InvalidArgumentError(
+            f"{field} must be 1 to 63 lower-case ASCII letters, digits, '_', '.' or '-', "
+            f"starting with a letter or digit, got {shorten(value)}",
+            field=field,
+        )
+    return value

@@ -1,0 +1,69 @@
+"""The service layer: the only door to the store for every front end.
+
+The Python facades, the CLI and the HTTP API all reach the store through :class:`Services`:
+each use case (list runs, retry a run, pause a job, publish events, requeue dead letters...)
+is written once here, with its validation, its access check and its audit entry, and the front
+ends only turn arguments into calls and records into output.
+
+Every method is a coroutine; it checks the caller's :class:`~.access.Access` first (``read``
+for reads, ``write`` for changes, ``admin`` for tokens and namespaces), validates its input
+(errors are :class:`~cronbus.errors.InvalidArgumentError` naming the ``field``), acts in one
+namespace (a resource of another namespace is not found, never forbidden, so its existence does
+not leak), records an audit entry for every change, and returns records, never dicts.
+
+::
+
+    services = Services(app)                          # local: admin of every namespace
+    services = Services(app, access, namespace="shop")
+    page = await services.runs.list(RunQuery(states=[RunState.DEAD]), limit=20)
+    await services.runs.retry(page.items[0].id)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .access import LOCAL, Access, Scope, check_namespace
+from .context import Context
+from .pages import Page
+from .runs import RunsService
+from .views import DeferResult, RunDetail, RunQuery
+
+if TYPE_CHECKING:
+    from ..app import App
+
+__all__ = [
+    "LOCAL",
+    "Access",
+    "DeferResult",
+    "Page",
+    "RunDetail",
+    "RunQuery",
+    "RunsService",
+    "Scope",
+    "Services",
+]
+
+
+class Services:
+    """Every service, for one caller (``access``) in one namespace (the app's by default).
+
+    The app must be open (``async with app:``) when a method is called.
+    """
+
+    def __init__(self, app: App, access: Access = LOCAL, namespace: str | None = None) -> None:
+        chosen = namespace if namespace is not None else getattr(app, "namespace", "default")
+        self.app = app
+        self.access = access
+        self.namespace = check_namespace(chosen)
+        context = Context(app, access, self.namespace)
+        self.context = context
+        self.runs = RunsService(context)
+        """Runs: list, show, cancel, retry, defer."""
+
+    def __repr__(self) -> str:
+        return f"<Services actor={self.access.actor!r} namespace={self.namespace!r}>"
+
+    def using(self, namespace: str) -> Services:
+        """The same caller's services in another namespace."""
+        return Services(self.app, self.access, namespace)

@@ -1,0 +1,103 @@
+"""What every service shares: the app and its store, the caller, the namespace, and the audit.
+
+One :class:`Context` is built by :class:`~cronbus.services.Services` and handed to each service,
+so a service is a thin class of use cases over it. :func:`naming` puts a field name on the
+errors of validators that do not name one, so every refusal of bad input can point at it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..admin_records import AuditEntry
+from ..config import Settings
+from ..errors import ConfigurationError, InvalidArgumentError, NotFoundError
+from .access import Access, Scope
+
+if TYPE_CHECKING:
+    from ..app import App
+    from ..store import Store
+
+
+class Context:
+    """The app, the caller's access and the namespace a set of services acts in."""
+
+    __slots__ = ("access", "app", "namespace")
+
+    def __init__(self, app: App, access: Access, namespace: str) -> None:
+        self.app = app
+        self.access = access
+        self.namespace = namespace
+
+    @property
+    def store(self) -> Store:
+        """The app's open store."""
+        return self.app.store
+
+    @property
+    def settings(self) -> Settings:
+        """The app's settings (lease length, payload limits...)."""
+        return self.app.settings
+
+    def now(self) -> float:
+        """The app clock's time, in epoch seconds."""
+        return self.app.clock.now()
+
+    def read(self) -> None:
+        """Refuse unless the caller may read this namespace."""
+        self.access.require(Scope.READ, self.namespace)
+
+    def write(self) -> None:
+        """Refuse unless the caller may change this namespace."""
+        self.access.require(Scope.WRITE, self.namespace)
+
+    def admin(self) -> None:
+        """Refuse unless the caller is an admin of every namespace."""
+        self.access.require(Scope.ADMIN, None)
+
+    def owns(self, namespace: str, missing: NotFoundError) -> None:
+        """Raise ``missing`` unless ``namespace`` (a resource's) is this context's: a resource
+        of another namespace is reported as not found, so its existence does not leak."""
+        if namespace != self.namespace:
+            raise missing
+
+    async def audit(
+        self,
+        action: str,
+        resource: object,
+        detail: Mapping[str, Any] | None = None,
+        *,
+        namespace: str | bool | None = True,
+    ) -> None:
+        """Record a change in the audit log: ``action`` like ``jobs.pause``, ``resource`` the
+        name or id changed. ``namespace=True`` (the default) is this context's namespace;
+        None is a change outside any (tokens, namespaces)."""
+        entry = AuditEntry(
+            at=self.now(),
+            actor=self.access.token_id or self.access.actor,
+            namespace=self.namespace if namespace is True else (namespace or None),
+            action=action,
+            resource=str(resource),
+            detail=dict(detail or {}),
+        )
+        # Guarded while stores without the audit table (older builds in tests) are about.
+        record = getattr(self.store, "record_audit", None)
+        if record is not None:
+            await record([entry])
+
+
+@contextlib.contextmanager
+def naming(field: str) -> Iterator[None]:
+    """Give ``field`` to an :class:`~cronbus.errors.InvalidArgumentError` (or a
+    :class:`~cronbus.errors.ConfigurationError` of a definition's option) raised inside without
+    one, so the front ends can name the input at fault."""
+    try:
+        yield
+    except InvalidArgumentError as exc:
+        if exc.field is None:
+            exc.field = field
+        raise
+    except ConfigurationError as exc:
+        raise InvalidArgumentError(str(exc), field=field) from None

@@ -126,6 +126,10 @@ class DeliveryNotFoundError(NotFoundError):
     """No delivery has that id."""
 
 
+class WorkerNotFoundError(NotFoundError):
+    """No registered worker has that id."""
+
+
 class InvalidTransitionError(ConflictError):
     """The run state machine forbids this change of state."""
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import click
 
 from .._version import __version__
+from .api import api
 from .dlq import dlq
 from .events import events
 from .jobs import jobs
@@ -51,6 +52,7 @@ for command in (
     events,
     subs,
     migrate,
+    api,
 ):
     cronbus.add_command(command)
 

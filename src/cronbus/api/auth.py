@@ -1,0 +1,106 @@
+"""Who is calling: the Bearer token of a request as an :class:`~cronbus.services.Access`, and
+the namespace the request acts in, together as the :class:`~cronbus.services.Services` a handler
+calls.
+
+A request without a token, or with one that is unknown, revoked or expired, is refused with 401
+(``WWW-Authenticate: Bearer``); a known token then takes one request from its rate (429 beyond
+it). The namespace is the ``namespace`` query parameter or the ``X-Cronbus-Namespace`` header;
+by default the token's only namespace, else ``default``. Whether the token may act there is the
+services' to say (403).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Header, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from ..admin_records import DEFAULT_NAMESPACE
+from ..errors import InvalidArgumentError, UnauthorizedError
+from ..services import Access, Services
+from .state import api_state
+
+MAX_TOKEN_LENGTH = 200
+"""Our tokens are about 60 characters; anything much longer is not one (and is not hashed)."""
+
+bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="token",
+    description="A cronbus API token (`cronbus tokens create`): `Authorization: Bearer cb_...`.",
+)
+
+
+async def authenticate(request: Request) -> Access:
+    """The caller of ``request`` (once per request), after taking one request from its rate."""
+    found: Access | None = getattr(request.state, "access", None)
+    if found is not None:
+        return found
+    header = request.headers.get("authorization")
+    if not header:
+        raise UnauthorizedError(
+            "this endpoint needs a token: send 'Authorization: Bearer TOKEN' "
+            "(create one with `cronbus tokens create`)"
+        )
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise UnauthorizedError("the Authorization header must be 'Bearer TOKEN'")
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise UnauthorizedError("the token is not valid")
+    state = api_state(request)
+    access = await Services(state.app).tokens.authenticate(token)
+    state.limiter.admit(access.token_id or access.actor)
+    request.state.access = access
+    return access
+
+
+async def current_access(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Access:
+    """The caller, as a dependency (``credentials`` only puts the scheme in the OpenAPI
+    document: :func:`authenticate` reads the header itself, to answer in problem form)."""
+    return await authenticate(request)
+
+
+def choose_namespace(access: Access, query: str | None, header: str | None) -> str:
+    """The namespace a request acts in: as asked (query or header, which must then agree), else
+    the token's only namespace, else ``default``."""
+    if query is not None and header is not None and query != header:
+        raise InvalidArgumentError(
+            f"the namespace query parameter ({query!r}) and the X-Cronbus-Namespace header "
+            f"({header!r}) disagree; give one",
+            field="namespace",
+        )
+    asked = query if query is not None else header
+    if asked is not None:
+        return asked
+    if access.namespaces is not None and len(access.namespaces) == 1:
+        return next(iter(access.namespaces))
+    return DEFAULT_NAMESPACE
+
+
+async def services(
+    request: Request,
+    access: Annotated[Access, Depends(current_access)],
+    namespace: Annotated[
+        str | None,
+        Query(
+            max_length=63,
+            description="The namespace to act in (default: the token's only namespace, else "
+            "`default`).",
+        ),
+    ] = None,
+    x_cronbus_namespace: Annotated[
+        str | None,
+        Header(max_length=63, description="The namespace to act in, if no query parameter."),
+    ] = None,
+) -> Services:
+    """The services for the caller in the chosen namespace."""
+    chosen = choose_namespace(access, namespace, x_cronbus_namespace)
+    return Services(api_state(request).app, access, chosen)
+
+
+Caller = Annotated[Services, Depends(services)]
+"""A handler parameter: the caller's services in the chosen namespace."""

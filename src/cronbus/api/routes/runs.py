@@ -1,0 +1,108 @@
+"""``/v1/runs``: list with filters, show with attempts (their logs) and children, cancel,
+retry, and defer a new run of a task."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar
+
+from fastapi import Query, Request, Response
+from pydantic import ConfigDict
+
+from ...model import Run
+from ...services import DeferResult, RunDetail, RunQuery
+from ...states import RunState
+from ..auth import Caller
+from ..pagination import LIMIT_DEFAULT, Cursor, Limit, PageOut, page_body
+from ..problems import responses
+from .common import RunId, router
+
+runs = router("runs")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeferRequest:
+    """A run to create: a task of the app with its arguments and options."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
+
+    task: str
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    queue: str | None = None
+    delay: float | None = None
+    """Seconds from now (or give ``eta``)."""
+    eta: float | None = None
+    """When to run, epoch seconds (default now)."""
+    priority: int | None = None
+    idempotency_key: str | None = None
+    """A second defer with this key returns the run the first created."""
+
+
+@runs.get("/runs", summary="List runs", response_model=PageOut[Run])
+async def list_runs(
+    request: Request,
+    response: Response,
+    services: Caller,
+    state: Annotated[list[RunState] | None, Query(description="Runs in these states.")] = None,
+    task: Annotated[str | None, Query(max_length=200)] = None,
+    queue: Annotated[str | None, Query(max_length=200)] = None,
+    job: Annotated[str | None, Query(max_length=200, description="Runs of this job.")] = None,
+    created_after: Annotated[float | None, Query(description="Epoch seconds.")] = None,
+    created_before: Annotated[float | None, Query(description="Epoch seconds.")] = None,
+    limit: Limit = LIMIT_DEFAULT,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """Runs of the namespace, newest first, filtered."""
+    query = RunQuery(
+        states=tuple(state or ()),
+        task=task,
+        queue=queue,
+        job=job,
+        created_after=created_after,
+        created_before=created_before,
+    )
+    page = await services.runs.list(query, limit=limit, cursor=cursor)
+    return page_body(request, response, page)
+
+
+@runs.post(
+    "/runs",
+    summary="Defer a run of a task",
+    status_code=201,
+    responses=responses(404, 409),
+)
+async def defer(body: DeferRequest, response: Response, services: Caller) -> DeferResult:
+    """Create a run (201), or return the run an equal ``idempotency_key`` made (200)."""
+    result = await services.runs.defer(
+        body.task,
+        list(body.args),
+        dict(body.kwargs),
+        queue=body.queue,
+        delay=body.delay,
+        eta=body.eta,
+        priority=body.priority,
+        idempotency_key=body.idempotency_key,
+    )
+    response.status_code = 201 if result.created else 200
+    response.headers["Location"] = f"/v1/runs/{result.run.id}"
+    return result
+
+
+@runs.get("/runs/{run_id}", summary="Show a run", responses=responses(404))
+async def show_run(run_id: RunId, services: Caller) -> RunDetail:
+    """A run with its attempts (errors and logs), its children, and why it may wait."""
+    return await services.runs.show(run_id)
+
+
+@runs.post("/runs/{run_id}/cancel", summary="Cancel a run", responses=responses(404, 409))
+async def cancel_run(run_id: RunId, services: Caller) -> Run:
+    """Cancel a waiting run at once, or ask the worker of a running one to stop it."""
+    return await services.runs.cancel(run_id)
+
+
+@runs.post("/runs/{run_id}/retry", summary="Retry a run", responses=responses(404, 409))
+async def retry_run(run_id: RunId, services: Caller) -> Run:
+    """Queue a dead or cancelled run again, with a fresh retry budget."""
+    return await services.runs.retry(run_id)

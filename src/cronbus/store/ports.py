@@ -51,6 +51,7 @@ from ..model import (
     WorkerState,
 )
 from ..states import RunState
+from .admin_ports import Admin
 
 RUNS_CHANNEL = "runs"
 """Wake-up channel: new or requeued runs may be claimable."""
@@ -395,5 +396,5 @@ class EventStore(Events, Subscriptions, SubscriptionLeases, Protocol):
     """What every store provides for the event bus."""
 
 
-class Store(Lifecycle, Runs, RunLeases, Jobs, Workers, WakeUps, EventStore, Protocol):
-    """What every store backend provides: every role."""
+class Store(Lifecycle, Runs, RunLeases, Jobs, Workers, WakeUps, EventStore, Admin, Protocol):
+    """What every store backend provides: every role (the admin ones in :mod:`.admin_ports`)."""

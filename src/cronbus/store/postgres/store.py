@@ -31,6 +31,7 @@ import uuid
 
 from ..migrations import Migrated, SchemaVersions
 from . import sql as q
+from .admin import PostgresAdmin
 from .connection import Database
 from .events import PostgresEvents
 from .jobs import PostgresJobs
@@ -50,6 +51,7 @@ class PostgresStore(
     PostgresWakeUps,
     PostgresEvents,
     PostgresSubscriptions,
+    PostgresAdmin,
 ):
     """A :class:`~cronbus.store.ports.Store` on PostgreSQL (see the module's docstring)."""
 

@@ -16,6 +16,7 @@ from ...errors import StoreError
 from ..migrations import Migrated, SchemaVersions
 from ..presence import check_readable, not_found
 from ..wake import WakeHub
+from .admin import SqliteAdmin
 from .connection import Database
 from .events import SqliteEvents
 from .files import MEMORY, read_versions
@@ -35,6 +36,7 @@ class SQLiteStore(
     SqliteWakeUps,
     SqliteEvents,
     SqliteSubscriptions,
+    SqliteAdmin,
 ):
     """A :class:`~cronbus.store.ports.Store` on one SQLite file."""
 

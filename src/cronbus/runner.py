@@ -23,6 +23,7 @@ import gc
 import logging
 import signal
 from collections.abc import Sequence
+from typing import Protocol
 
 from .app import App
 from .events.dispatcher import Dispatcher
@@ -38,6 +39,17 @@ FAULT_STOP_SECONDS = 10.0
 """How long roles get to stop after a store fault before they are cancelled."""
 
 
+class ApiRole(Protocol):
+    """A server of the HTTP API run beside the other roles (``cronbus server``):
+    :class:`cronbus.api.serving.ApiServer`, kept abstract so workers need not import it."""
+
+    async def serve(self) -> None:
+        """Serve until :meth:`stop`."""
+
+    def stop(self, *, hurry: bool = False) -> None:
+        """Stop serving (at once with ``hurry``)."""
+
+
 async def serve(
     app: App,
     *,
@@ -49,6 +61,7 @@ async def serve(
     dispatcher: bool = False,
     labels: Sequence[str] = (),
     install_signals: bool = True,
+    api: ApiRole | None = None,
 ) -> int:
     """Open ``app`` and run the chosen roles until a stop signal, then close it.
 
@@ -63,6 +76,7 @@ async def serve(
             dispatcher=Dispatcher(app) if dispatcher else None,
             store=app.store,
             check_seconds=min(CHECK_SECONDS, app.settings.heartbeat_seconds),
+            api=api,
         )
         if install_signals:
             _on_signals(roles)
@@ -89,8 +103,10 @@ class Roles:
         dispatcher: Dispatcher | None = None,
         store: Store | None = None,
         check_seconds: float = CHECK_SECONDS,
+        api: ApiRole | None = None,
     ) -> None:
         self.worker = worker
+        self.api = api
         self.scheduler = scheduler
         self.dispatcher = dispatcher
         self.store = store
@@ -131,6 +147,8 @@ class Roles:
         running = [role.run() for role in (self.scheduler, self.worker) if role is not None]
         if self.dispatcher is not None:
             running.append(self.dispatcher.run(self._stop_dispatching))
+        if self.api is not None:
+            running.append(self.api.serve())
         await asyncio.gather(*running)
 
     async def _watch(self, store: Store) -> StoreFaultError:
@@ -147,9 +165,11 @@ class Roles:
                 log.warning("checking the store failed; checking again", exc_info=True)
 
     def stop(self, *, hurry: bool = False) -> None:
-        """Stop the scheduler and the dispatcher, and drain the worker (at once with
+        """Stop the scheduler, the dispatcher and the API, and drain the worker (at once with
         ``hurry``)."""
         self._stop_dispatching.set()
+        if self.api is not None:
+            self.api.stop(hurry=hurry)
         if self.scheduler is not None:
             self.scheduler.request_stop()
         if self.worker is not None:
@@ -193,6 +213,7 @@ def run(
     scheduler: bool = False,
     dispatcher: bool = False,
     labels: Sequence[str] = (),
+    api: ApiRole | None = None,
 ) -> int:
     """Blocking form of :func:`serve`, with signal handlers; returns what ``serve`` returns."""
     return asyncio.run(
@@ -205,5 +226,6 @@ def run(
             scheduler=scheduler,
             dispatcher=dispatcher,
             labels=labels,
+            api=api,
         )
     )

@@ -69,6 +69,20 @@ def _role_options(fn: FC) -> FC:
 
 @click.command()
 @_role_options
+@click.option(
+    "--api-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address the HTTP API listens on (0.0.0.0 for every interface).",
+)
+@click.option(
+    "--api-port",
+    type=click.IntRange(0, 65535),
+    default=8787,
+    show_default=True,
+    help="The port the HTTP API listens on (0: any free port; the URL printed names it).",
+)
+@click.option("--no-api", is_flag=True, help="Do not serve the HTTP API.")
 def server(
     app_spec: str,
     store_url: str | None,
@@ -76,9 +90,12 @@ def server(
     concurrency: int | None,
     labels: str,
     log_level: str,
+    api_host: str,
+    api_port: int,
+    no_api: bool,
 ) -> None:
-    """Run every role in one process: the app's startup hooks, a scheduler, a worker and a
-    dispatcher.
+    """Run every role in one process: the app's startup hooks, a scheduler, a worker, a
+    dispatcher and the HTTP API (as `cronbus api`; --no-api leaves it out).
 
     This is the one command a single machine needs. Stop it with SIGTERM or Ctrl-C: running
     attempts get a grace period to finish, and a second signal requeues them at once.
@@ -93,6 +110,7 @@ def server(
         startup=True,
         scheduler=True,
         dispatcher=True,
+        api=None if no_api else (api_host, api_port),
     )
 
 
@@ -166,6 +184,7 @@ def _run_role(
     startup: bool,
     scheduler: bool = False,
     dispatcher: bool = False,
+    api: tuple[str, int] | None = None,
 ) -> None:
     app = resolve_app(app_spec, store_url)
     spec = queues if queues is not None else EVERY_QUEUE
@@ -177,6 +196,7 @@ def _run_role(
         chosen = check_labels(labels)
     except ConfigurationError as exc:
         raise CliError(f"--labels: {exc}") from None
+    api_server = _api_server(app, *api, log_level) if api is not None else None
     setup_logging(log_level)
     _serve(
         app,
@@ -186,7 +206,22 @@ def _run_role(
         scheduler=scheduler,
         dispatcher=dispatcher,
         labels=chosen,
+        api=api_server,
     )
+
+
+def _api_server(app: App, host: str, port: int, log_level: str) -> runner.ApiRole:
+    """The HTTP API of ``app`` on ``host:port``, listening already (a port in use is refused
+    before any role starts), its URL printed."""
+    # Imported here: the worker, scheduler and dispatcher commands need no FastAPI.
+    from ..api.serving import ApiServer, listen
+    from ..api.settings import ApiSettings
+    from .api import announce
+
+    settings = ApiSettings.load()
+    server = ApiServer(app, listen(host, port), settings, access_log=log_level.upper() == "DEBUG")
+    announce(server.url)
+    return server
 
 
 def _serve(app: App, **options: Any) -> None:

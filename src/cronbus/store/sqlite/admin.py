@@ -101,7 +101,10 @@ class SqliteAdmin(Connected):
     async def touch_token(self, token_id: str, now: float) -> None:
         """Note that a token was used (written at most once a minute)."""
         params = {"id": token_id, "now": now}
-        await self._transact(execute, aq.TOUCH_TOKEN, params, durable=False, inline="write")
+        # Read first: a write, even one that changes nothing, takes the file's write lock, and
+        # every API request touches its token.
+        if await self._one(aq.TOUCH_DUE, params, inline="read"):
+            await self._transact(execute, aq.TOUCH_TOKEN, params, durable=False, inline="write")
 
     # -- audit ---------------------------------------------------------------------------------
     async def record_audit(self, entries: Sequence[AuditEntry]) -> None:

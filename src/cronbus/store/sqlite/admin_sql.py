@@ -44,10 +44,9 @@ LIST_TOKENS = f"SELECT {_TOKEN} FROM tokens ORDER BY created_at, id"
 REVOKE_TOKEN = f"""
 UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? RETURNING {_TOKEN}
 """
-TOUCH_TOKEN = f"""
-UPDATE tokens SET last_used_at = :now
-WHERE id = :id AND (last_used_at IS NULL OR last_used_at <= :now - {_TOUCH_EVERY})
-"""
+_TOUCH_DUE = f"id = :id AND (last_used_at IS NULL OR last_used_at <= :now - {_TOUCH_EVERY})"
+TOUCH_DUE = f"SELECT 1 FROM tokens WHERE {_TOUCH_DUE}"
+TOUCH_TOKEN = f"UPDATE tokens SET last_used_at = :now WHERE {_TOUCH_DUE}"
 
 # -- audit ---------------------------------------------------------------------------------
 INSERT_AUDIT = """

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from .dead_letters import dead_letters
 from .health import router as health
+from .jobs import jobs
 from .runs import runs
+from .tasks import tasks
+from .topics import topics
+from .workers import workers
 
-ROUTERS: tuple[APIRouter, ...] = (health, runs)
+ROUTERS: tuple[APIRouter, ...] = (health, tasks, jobs, runs, dead_letters, workers, topics)
 """Every router, in the order the OpenAPI document lists them."""

@@ -23,11 +23,34 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .access import LOCAL, Access, Scope, check_namespace
+from ..validation import check_namespace
+from .access import LOCAL, Access, Scope
 from .context import Context
+from .dead_letters import DeadLettersService
+from .jobs import JobsService
 from .pages import Page
 from .runs import RunsService
-from .views import DeferResult, RunDetail, RunQuery
+from .subscriptions import SubscriptionsService
+from .tasks import TasksService
+from .topics import TopicsService
+from .views import (
+    DeadLetter,
+    DeadLetterKind,
+    DeadLetterResult,
+    DeferResult,
+    DeliveryDetail,
+    EventInput,
+    PurgeResult,
+    ReplayResult,
+    RequeueResult,
+    RunDetail,
+    RunQuery,
+    SubscriptionInput,
+    SubscriptionView,
+    TaskInfo,
+    WorkerView,
+)
+from .workers import WorkersService
 
 if TYPE_CHECKING:
     from ..app import App
@@ -35,13 +58,31 @@ if TYPE_CHECKING:
 __all__ = [
     "LOCAL",
     "Access",
+    "DeadLetter",
+    "DeadLetterKind",
+    "DeadLetterResult",
+    "DeadLettersService",
     "DeferResult",
+    "DeliveryDetail",
+    "EventInput",
+    "JobsService",
     "Page",
+    "PurgeResult",
+    "ReplayResult",
+    "RequeueResult",
     "RunDetail",
     "RunQuery",
     "RunsService",
     "Scope",
     "Services",
+    "SubscriptionInput",
+    "SubscriptionView",
+    "SubscriptionsService",
+    "TaskInfo",
+    "TasksService",
+    "TopicsService",
+    "WorkerView",
+    "WorkersService",
 ]
 
 
@@ -59,7 +100,20 @@ class Services:
         context = Context(app, access, self.namespace)
         self.context = context
         self.runs = RunsService(context)
-        """Runs: list, show, cancel, retry, defer."""
+        """Runs: list, get, show, cancel, retry, defer."""
+        self.jobs = JobsService(context)
+        """Jobs: list, get, create, update, delete, pause, resume, trigger, next_fires."""
+        self.dead_letters = DeadLettersService(context)
+        """Dead runs and deliveries: list, requeue, purge."""
+        self.workers = WorkersService(context)
+        """Workers: list, get, drain, prune."""
+        self.topics = TopicsService(context)
+        """Topics: list, get, publish, read, set_retention."""
+        self.subscriptions = SubscriptionsService(context)
+        """Subscriptions: list, get, create, update, delete, pause, resume, replay,
+        deliveries, delivery."""
+        self.tasks = TasksService(context)
+        """Tasks: list (the app's and the live workers'), unserved hints."""
 
     def __repr__(self) -> str:
         return f"<Services actor={self.access.actor!r} namespace={self.namespace!r}>"

@@ -9,13 +9,12 @@ names its namespaces, or ``None`` for every one. Every service method asks
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..admin_records import ALL_NAMESPACES, DEFAULT_NAMESPACE
 from ..errors import ForbiddenError, InvalidArgumentError
-from ..validation import shorten
+from ..validation import check_namespace, shorten
 
 __all__ = [
     "ALL_NAMESPACES",
@@ -27,7 +26,6 @@ __all__ = [
     "check_scope",
 ]
 _NOT_A_SCOPE = "\x00"
-_NAMESPACE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}", re.ASCII)
 
 
 class Scope(enum.StrEnum):
@@ -51,18 +49,6 @@ class Scope(enum.StrEnum):
 
 
 _RANKS = {Scope.READ: 0, Scope.WRITE: 1, Scope.ADMIN: 2}
-
-
-def check_namespace(value: object, field: str = "namespace") -> str:
-    """A namespace name: 1 to 63 lower-case ASCII letters, digits, ``_``, ``.`` or ``-``,
-    starting with a letter or digit (so it fits a URL path segment and a DNS-like label)."""
-    if not isinstance(value, str) or not _NAMESPACE.fullmatch(value):
-        raise InvalidArgumentError(
-            f"{field} must be 1 to 63 lower-case ASCII letters, digits, '_', '.' or '-', "
-            f"starting with a letter or digit, got {shorten(value)}",
-            field=field,
-        )
-    return value
 
 
 def check_scope(value: object, field: str = "scope") -> Scope:

@@ -8,6 +8,7 @@ errors of validators that do not name one, so every refusal of bad input can poi
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,20 @@ class Context:
         record = getattr(self.store, "record_audit", None)
         if record is not None:
             await record([entry])
+
+
+def guess_field(message: str, words: Mapping[str, str], default: str) -> str:
+    """The input an error message is about: of ``words`` (a phrase the validators write, like
+    ``queue name``, mapped to the input's field name), the one the message mentions first;
+    ``default`` when it mentions none. Validators start their messages with what they refuse
+    (``jitter must be...``), so the first mention is the culprit."""
+    best: tuple[int, int, str] | None = None
+    for word, name in words.items():
+        found = re.search(rf"(?<![A-Za-z_]){re.escape(word)}(?![A-Za-z_])", message)
+        # The earliest mention wins; at one place, the longest phrase ("event type" > "type").
+        if found and (best is None or (found.start(), -len(word)) < best[:2]):
+            best = (found.start(), -len(word), name)
+    return default if best is None else best[2]
 
 
 @contextlib.contextmanager

@@ -1,4 +1,9 @@
-"""Resource commands on runs: ``runs`` and ``defer`` (dead letters are in :mod:`.dlq`)."""
+"""Resource commands on runs: ``runs`` and ``defer`` (dead letters are in :mod:`.dlq`).
+
+They work through the runs service (:mod:`cronbus.services.runs`), on the store or through a
+server (``--url``): the rules (what can be cancelled or retried, why a run may wait for ever)
+live there, and these commands only parse options and print records.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +12,15 @@ from typing import Any
 
 import click
 
-from ..app import App
-from ..errors import InvalidTransitionError, SerializationError
-from ..fairness import serves
-from ..model import Attempt, Run, RunFilter, WorkerState
+from ..errors import SerializationError
+from ..model import Run
 from ..serialization import parse_json
-from ..states import RunEvent, RunState, sources
+from ..services import DeferResult, RunDetail, RunQuery
+from ..services.pages import encode_cursor
+from ..states import RunState
 from . import render
-from .loading import (
-    CliError,
-    CronbusGroup,
-    app_options,
-    parse_states,
-    resolve_app,
-    run_with_app,
-)
-
-_WAITING = sources(RunEvent.CLAIM) | sources(RunEvent.DUE)
-"""States of a run that waits for a worker: queued, or scheduled for later."""
+from .connect import AnyServices, Where, collect, run_services, where_options
+from .loading import CronbusGroup, parse_states
 
 _json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document instead of a table."
@@ -54,23 +50,30 @@ def runs() -> None:
 )
 @click.option("--task", help="Only runs of this task.")
 @click.option("--queue", help="Only runs in this queue.")
+@click.option("--job", metavar="NAME", help="Only runs fired by this job.")
 @_limit_option
 @click.option("--before", type=int, metavar="ID", help="Only runs older than this id (paging).")
-@app_options()
+@where_options()
 @_json_option
 def list_runs(
     states: tuple[RunState, ...],
     task: str | None,
     queue: str | None,
+    job: str | None,
     limit: int,
     before: int | None,
-    app_spec: str | None,
-    store_url: str | None,
+    where: Where,
     as_json: bool,
 ) -> None:
-    """List runs, newest first, optionally filtered by state, task and queue."""
-    wanted = RunFilter(states=states, task=task, queue=queue, limit=limit, before_id=before)
-    found = run_with_app(resolve_app(app_spec, store_url), lambda app: app.store.list_runs(wanted))
+    """List runs, newest first, optionally filtered by state, task, queue and job."""
+    query = RunQuery(states=states, task=task, queue=queue, job=job)
+    # --before is the keyset the runs service pages by: the cursor of a page ending above it.
+    start = None if before is None else encode_cursor({"b": before})
+
+    async def read(services: AnyServices) -> list[Run]:
+        return await collect(lambda n, c: services.runs.list(query, n, c), limit, start)
+
+    found = run_services(where, read)
     if as_json:
         render.print_json([render.run_json(run) for run in found])
     else:
@@ -79,79 +82,39 @@ def list_runs(
 
 @runs.command("show")
 @click.argument("run_id", metavar="ID", type=int)
-@app_options()
+@where_options()
 @_json_option
-def show_run(run_id: int, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+def show_run(run_id: int, where: Where, as_json: bool) -> None:
     """Show one run with its attempts: outcome, worker, times, errors, tracebacks and logs."""
-
-    async def fetch(app: App) -> tuple[Run, list[Attempt], list[str]]:
-        run = await app.store.get_run(run_id)
-        return run, await app.store.list_attempts(run_id), await _waiting_warnings(app, run)
-
-    run, attempts, warnings = run_with_app(resolve_app(app_spec, store_url), fetch)
+    detail: RunDetail = run_services(where, lambda services: services.runs.show(run_id))
     if as_json:
-        render.print_json(render.run_detail_json(run, attempts, warnings))
+        render.print_json(render.run_detail_json(detail.run, detail.attempts, detail.waiting))
     else:
-        render.print_run(run, attempts, warnings)
-
-
-async def _waiting_warnings(app: App, run: Run) -> list[str]:
-    """Why a waiting run may wait for ever: no live worker serves its queue.
-
-    Checked here rather than at ``defer``, where reading the workers would cost every call.
-    A worker is live when it is alive by the registry and has sent a heartbeat within the lease
-    (``CRONBUS_LEASE_SECONDS``, as for ``workers list``); a draining one claims nothing more.
-    """
-    if run.state not in _WAITING:
-        return []
-    found = await app.store.list_workers(app.clock.now(), app.settings.lease_seconds)
-    if any(w.state is WorkerState.ALIVE and serves(w.queues, run.queue) for w in found):
-        return []
-    return [
-        f"no live worker serves queue {run.queue!r}; the run waits until one does "
-        "(a worker started without --queues serves every queue)"
-    ]
+        render.print_run(detail.run, detail.attempts, detail.waiting)
 
 
 @runs.command("cancel")
 @click.argument("run_id", metavar="ID", type=int)
-@app_options()
+@where_options()
 @_json_option
-def cancel_run(run_id: int, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+def cancel_run(run_id: int, where: Where, as_json: bool) -> None:
     """Cancel a run: at once if it waits, or ask its worker to stop it if it runs.
 
     Prints the new state: `cancelled`, or `cancelling` for a running run, which becomes
     `cancelled` when its worker stops it (or `succeeded` if the work finishes first).
     """
-
-    async def cancel(app: App) -> RunState:
-        try:
-            return await app.store.cancel(run_id, app.clock.now())
-        except InvalidTransitionError:
-            run = await app.store.get_run(run_id)
-            raise CliError(f"run {run_id} is already {run.state} and cannot be cancelled") from None
-
-    state = run_with_app(resolve_app(app_spec, store_url), cancel)
-    _print_state(run_id, state, as_json)
+    run = run_services(where, lambda services: services.runs.cancel(run_id))
+    _print_state(run_id, run.state, as_json)
 
 
 @runs.command("retry")
 @click.argument("run_id", metavar="ID", type=int)
-@app_options()
+@where_options()
 @_json_option
-def retry_run(run_id: int, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+def retry_run(run_id: int, where: Where, as_json: bool) -> None:
     """Queue a dead or cancelled run again, with a fresh retry budget."""
-
-    async def retry(app: App) -> None:
-        if await app.store.requeue([run_id], app.clock.now()):
-            return
-        # Nothing was requeued: say why, which get_run does for an unknown id by itself.
-        run = await app.store.get_run(run_id)
-        allowed = " or ".join(sorted(s.value for s in sources(RunEvent.REQUEUE)))
-        raise CliError(f"run {run_id} is {run.state}; only {allowed} runs can be retried")
-
-    run_with_app(resolve_app(app_spec, store_url), retry)
-    _print_state(run_id, RunState.QUEUED, as_json)
+    run = run_services(where, lambda services: services.runs.retry(run_id))
+    _print_state(run_id, run.state, as_json)
 
 
 def _print_state(run_id: int, state: RunState, as_json: bool) -> None:
@@ -235,7 +198,7 @@ def _shown(value: str) -> str:
     metavar="KEY",
     help="Create the run only once per key; later calls return the first run's id.",
 )
-@app_options(app_required=True)
+@where_options(app_required=True)
 @_json_option
 def defer(
     task_name: str,
@@ -245,31 +208,29 @@ def defer(
     priority: int | None,
     queue: str | None,
     idempotency_key: str | None,
-    app_spec: str,
-    store_url: str | None,
+    where: Where,
     as_json: bool,
 ) -> None:
     """Create a run of TASK (a task name of the app) and print its id.
 
     The arguments are checked against the task's function before anything is stored.
     """
-    app = resolve_app(app_spec, store_url)
-    task = app.get_task(task_name)
-    # Checked before the store is opened, so a refused call leaves no trace. Task.prepare takes
-    # the arguments apart from the options, so a task argument named `delay` or `queue` works.
-    new = task.prepare(
-        args,
-        kwargs,
-        now=app.clock.now(),
-        delay=delay,
-        priority=priority,
-        queue=queue,
-        idempotency_key=idempotency_key,
-    )
-    (done,) = run_with_app(app, lambda a: a.store.defer([new], a.clock.now()))
+
+    async def create(services: AnyServices) -> DeferResult:
+        return await services.runs.defer(
+            task_name,
+            args,
+            kwargs,
+            delay=delay,
+            priority=priority,
+            queue=queue,
+            idempotency_key=idempotency_key,
+        )
+
+    done = run_services(where, create)
     if as_json:
-        render.print_json({"id": done.id, "created": done.created, "task": task.name})
+        render.print_json({"id": done.run.id, "created": done.created, "task": done.run.task})
     elif done.created:
-        click.echo(f"run {done.id} created")
+        click.echo(f"run {done.run.id} created")
     else:
-        click.echo(f"run {done.id} already exists with idempotency key {idempotency_key!r}")
+        click.echo(f"run {done.run.id} already exists with idempotency key {idempotency_key!r}")

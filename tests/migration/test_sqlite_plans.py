@@ -30,7 +30,7 @@ async def test_due_jobs_use_the_next_fire_index(tmp_path: Path) -> None:
 
 
 async def test_the_claim_uses_the_ready_index(tmp_path: Path) -> None:
-    params = {"queue": "q", "worker": "w", "limit": 10, "offset": 0}
+    params = {"namespace": "default", "queue": "q", "worker": "w", "limit": 10, "offset": 0}
     plan = await plan_of(tmp_path / "p.db", q.SELECT_READY, params)
     assert "USING INDEX runs_ready" in plan
 
@@ -41,7 +41,7 @@ async def test_promotion_uses_the_due_index(tmp_path: Path) -> None:
 
 
 async def test_the_next_due_run_uses_the_due_index(tmp_path: Path) -> None:
-    plan = await plan_of(tmp_path / "p.db", q.NEXT_ETA, ('["q"]',))
+    plan = await plan_of(tmp_path / "p.db", q.NEXT_ETA, ("default", '["q"]'))
     assert "runs_due" in plan
 
 

@@ -36,7 +36,7 @@ DELIVERY_COLUMNS = """
 """
 SUBSCRIPTION_FIELDS = (
     "id, name, topic, target, filter, policy, origin, start, cursor, paused, disabled_reason, "
-    "holder, lease_expires_at, created_at, updated_at"
+    "holder, lease_expires_at, created_at, updated_at, namespace"
 )
 """The subscription columns, in the order :func:`subscription_from_row` reads them."""
 _EVENT_WIDTH = 11
@@ -110,6 +110,7 @@ def subscription_from_row(row: Row, decode: Callable[[Any], Any] = json.loads) -
         policy=DeliveryPolicy.from_json(decode(row[5])),
         origin=Origin(row[6]),
         start=row[7],
+        namespace=row[15],
     )
     return Subscription(
         spec=spec,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ..errors import CronbusError, InvalidTransitionError
-from ..model import ErrorInfo, Job, Lane, NewRun, Outcome, Overlap, WorkerState
+from ..model import ErrorInfo, Job, Lane, NewRun, Outcome, Overlap, RunFilter, WorkerState
 from ..states import ACTIVE, AttemptOutcome, RunEvent, RunState, sources, transition
 from ..triggers import trigger_from_spec
 from .ports import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL
@@ -148,7 +148,7 @@ def worker_state(state: WorkerState, heartbeat_at: float, silent_since: float) -
 
 
 def job_run(job: Job, fire_at: float, eta: float) -> NewRun:
-    """The run of ``job`` for its fire at ``fire_at``, due at ``eta``."""
+    """The run of ``job`` for its fire at ``fire_at``, due at ``eta`` (in the job's namespace)."""
     spec = job.spec
     return NewRun(
         task=spec.task,
@@ -163,6 +163,7 @@ def job_run(job: Job, fire_at: float, eta: float) -> NewRun:
         fire_at=fire_at,
         concurrency_key=None if spec.overlap is Overlap.ALLOW else f"job:{job.id}",
         overlap=spec.overlap,
+        namespace=spec.namespace,
     )
 
 
@@ -221,3 +222,24 @@ def overlap_decisions(
         if key is not None:
             taken.add(key)
     return kept, skipped, cancel
+
+
+def listing_index(filter: RunFilter) -> str:
+    """The index one namespace's range of a run listing walks, newest first (0006): the most
+    selective filter given, each index ending in the run id so the keyset continues in it."""
+    if filter.job_id is not None:
+        return "runs_by_job"
+    if filter.states:
+        return "runs_by_state"
+    if filter.task is not None:
+        return "runs_by_task"
+    if filter.queue is not None:
+        return "runs_by_queue"
+    return "runs_by_namespace"
+
+
+def listing_arms(filter: RunFilter, namespaces: Sequence[str]) -> list[tuple[str, str | None]]:
+    """The (namespace, state) ranges a listing reads, each in id order, merged newest first:
+    one per namespace and state asked for (``None``: any state)."""
+    states: list[str | None] = [*sorted({state.value for state in filter.states})] or [None]
+    return [(namespace, state) for namespace in namespaces for state in states]

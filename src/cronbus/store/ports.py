@@ -76,6 +76,15 @@ class HeldAttempt:
     fence: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Beat:
+    """What a worker's heartbeat (:meth:`RunLeases.beat`) learns: the attempts it still holds,
+    and whether an operator asked it to drain (:meth:`Workers.request_drain`)."""
+
+    held: list[HeldAttempt]
+    drain_requested: bool
+
+
 class Listener(Protocol):
     """Wake-ups for one consumer; polling stays the safety net, never the source of latency."""
 
@@ -127,21 +136,40 @@ class Runs(Protocol):
         """Several runs by id, in no particular order; unknown ids are left out."""
 
     async def list_runs(self, filter: RunFilter) -> list[Run]:
-        """Runs matching ``filter``, newest first."""
+        """Runs matching ``filter``, newest first (keyset: ``filter.before_id``).
+
+        With a namespace, each page is one range of an index whether it is the first or a deep
+        one (by state, task, queue or job); without one, a range per namespace, merged. The
+        ``created_after``/``created_before`` bounds filter within that range.
+        """
 
     async def list_attempts(self, run_id: int) -> list[Attempt]:
         """A run's attempts, oldest first."""
 
-    async def count_runs(self) -> dict[RunState, int]:
-        """How many runs are in each state."""
+    async def count_runs(self, namespace: str | None = None) -> dict[RunState, int]:
+        """How many runs (of ``namespace``; None: of all) are in each state."""
 
-    async def next_eta(self, queues: Sequence[str] | None) -> float | None:
-        """When the earliest scheduled run of these queues (None: of any queue) becomes due."""
+    async def runs_per_minute(
+        self, namespace: str | None, since: float, until: float
+    ) -> list[tuple[float, str, int]]:
+        """Runs (of ``namespace``; None: of all) that ended in ``[since, until)``, counted per
+        minute and terminal state: ``(minute start, state, count)``, oldest minute first."""
 
-    async def ready_queues(self, now: float) -> list[str]:
-        """The queues, by name, holding runs a claim could take at ``now``: queued runs, and
-        scheduled runs already due (a claim promotes them). A worker serving every queue shares
-        its claims among these; the cost grows with the number of queues, not of runs."""
+    async def delete_runs(self, run_ids: Sequence[int], now: float) -> list[int]:
+        """Delete runs that ended (terminal states only), with their payloads and attempts;
+        return the ids deleted (others are left as they are)."""
+
+    async def next_eta(
+        self, queues: Sequence[str] | None, namespace: str = "default"
+    ) -> float | None:
+        """When the earliest scheduled run of ``namespace`` in these queues (None: in any
+        queue) becomes due."""
+
+    async def ready_queues(self, now: float, namespace: str = "default") -> list[str]:
+        """The queues, by name, holding runs of ``namespace`` a claim could take at ``now``:
+        queued runs, and scheduled runs already due (a claim promotes them). A worker serving
+        every queue shares its claims among these; the cost grows with the number of queues,
+        not of runs."""
 
 
 class RunLeases(Protocol):
@@ -154,7 +182,8 @@ class RunLeases(Protocol):
     """
 
     async def claim(self, request: ClaimRequest, now: float) -> list[ClaimedRun]:
-        """Atomically move due runs to ``running`` under a lease, fairly over the queues."""
+        """Atomically move due runs of ``request.namespace`` to ``running`` under a lease,
+        fairly over the queues."""
 
     async def complete(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
         """Record ended attempts; each is fenced by its attempt id and the claim's fence (False:
@@ -168,7 +197,13 @@ class RunLeases(Protocol):
     async def heartbeat(
         self, worker_id: str, now: float, lease_seconds: float
     ) -> list[HeldAttempt]:
-        """Renew the worker's leases and registry entry; return the attempts it still holds."""
+        """Renew the worker's leases and registry entry; return the attempts it still holds
+        (:meth:`beat` also says whether the worker was asked to drain)."""
+
+    async def beat(self, worker_id: str, now: float, lease_seconds: float) -> Beat:
+        """:meth:`heartbeat`, also reading the worker's ``drain_requested`` in the same
+        transaction: a worker engine that sees it true drains as on SIGTERM (finishes what it
+        holds, claims nothing more, then stops)."""
 
     async def reap(self, now: float, max_lost: int) -> list[int]:
         """Turn expired leases into lost attempts and requeue their runs; return run ids."""
@@ -186,7 +221,9 @@ class Jobs(Protocol):
         """Create or replace the job named ``spec.name`` (its fire count and id are kept).
 
         With ``create`` the name must be new: an existing job is left as it is and
-        :class:`~cronbus.errors.JobExistsError` raised, in the same statement (no race).
+        :class:`~cronbus.errors.JobExistsError` raised, in the same statement (no race). Names
+        are unique per store: replacing a job of another namespace raises
+        :class:`~cronbus.errors.ConflictError` (so does :meth:`put_jobs`, changing nothing).
         """
 
     async def put_jobs(self, jobs: Sequence[tuple[JobSpec, float | None]], now: float) -> None:
@@ -195,8 +232,8 @@ class Jobs(Protocol):
     async def get_job(self, name: str) -> Job:
         """One job, or :class:`~cronbus.errors.JobNotFoundError`."""
 
-    async def list_jobs(self) -> list[Job]:
-        """Every job, by name."""
+    async def list_jobs(self, namespace: str | None = None) -> list[Job]:
+        """Every job (of ``namespace``; None: of all), by name."""
 
     async def set_job_paused(
         self, name: str, paused: bool, next_fire_at: float | None, now: float
@@ -229,13 +266,22 @@ class Workers(Protocol):
     """The registry of workers."""
 
     async def register_worker(self, worker: WorkerInfo) -> None:
-        """Add or replace a worker in the registry."""
+        """Add or replace a worker in the registry (with its namespace, tasks and
+        ``drain_requested``: a worker registering again starts undrained)."""
 
     async def set_worker_state(self, worker_id: str, state: WorkerState, now: float) -> None:
         """Mark a worker draining or stopped."""
 
-    async def list_workers(self, now: float, lease_seconds: float) -> list[WorkerInfo]:
-        """Registered workers; those silent for longer than a lease are reported lost."""
+    async def list_workers(
+        self, now: float, lease_seconds: float, namespace: str | None = None
+    ) -> list[WorkerInfo]:
+        """Registered workers (of ``namespace``; None: of all); those silent for longer than a
+        lease are reported lost."""
+
+    async def request_drain(self, worker_id: str, now: float) -> WorkerInfo:
+        """Ask a worker to drain: it sees ``drain_requested`` on its next heartbeat
+        (:meth:`RunLeases.beat`) and drains as on SIGTERM. Returns the worker's entry;
+        :class:`~cronbus.errors.WorkerNotFoundError` if it is not registered."""
 
     async def prune_workers(self, silent_since: float) -> list[str]:
         """Delete the registry rows of workers silent since before ``silent_since`` and
@@ -255,8 +301,13 @@ class WakeUps(Protocol):
 class Events(Protocol):
     """Topics and their events."""
 
-    async def append(self, topic: str, events: Sequence[NewEvent], now: float) -> list[Appended]:
+    async def append(
+        self, topic: str, events: Sequence[NewEvent], now: float, namespace: str = "default"
+    ) -> list[Appended]:
         """Append events durably, in one transaction, at increasing offsets of ``topic``.
+
+        The first append creates the topic in ``namespace``; appending to a topic of another
+        namespace raises :class:`~cronbus.errors.ConflictError` and appends nothing.
 
         An id already in the topic is stored once: its entry reports the stored offset and
         ``created=False``. Offsets are given in commit order, so a reader that has seen offset
@@ -269,13 +320,18 @@ class Events(Protocol):
     async def get_topic(self, topic: str) -> TopicInfo:
         """A topic's offsets and retention (an unknown topic is empty, at offset 0)."""
 
-    async def list_topics(self) -> list[TopicInfo]:
-        """Every topic with events or settings, by name."""
+    async def list_topics(self, namespace: str | None = None) -> list[TopicInfo]:
+        """Every topic (of ``namespace``; None: of all) with events or settings, by name."""
 
     async def set_retention(
-        self, topic: str, max_age: float | None, max_events: int | None
+        self,
+        topic: str,
+        max_age: float | None,
+        max_events: int | None,
+        namespace: str = "default",
     ) -> None:
-        """Keep events of ``topic`` at most ``max_age`` seconds and ``max_events`` (None: any)."""
+        """Keep events of ``topic`` at most ``max_age`` seconds and ``max_events`` (None: any);
+        a topic without a row yet is created in ``namespace`` (an existing one keeps its own)."""
 
     async def trim(self, now: float) -> int:
         """Apply every topic's retention; never removes an event a live delivery still needs,
@@ -300,14 +356,17 @@ class Subscriptions(Protocol):
         its first event (``start="earliest"``). With ``create``, only create it, decided by
         the insert (no race between two adds): an existing subscription with the same
         definition is returned unchanged, one with another definition raises
-        :class:`~cronbus.errors.SubscriptionExistsError`.
+        :class:`~cronbus.errors.SubscriptionExistsError`. Names are unique per store: replacing
+        a subscription of another namespace raises :class:`~cronbus.errors.ConflictError`.
         """
 
     async def get_subscription(self, name: str) -> Subscription:
         """One subscription, or :class:`~cronbus.errors.SubscriptionNotFoundError`."""
 
-    async def list_subscriptions(self, topic: str | None = None) -> list[Subscription]:
-        """Every subscription (of ``topic``), by name."""
+    async def list_subscriptions(
+        self, topic: str | None = None, namespace: str | None = None
+    ) -> list[Subscription]:
+        """Every subscription (of ``topic``, of ``namespace``), by name."""
 
     async def set_subscription_paused(
         self, name: str, paused: bool, reason: str | None, now: float
@@ -373,6 +432,10 @@ class Subscriptions(Protocol):
     ) -> list[int]:
         """Push dead deliveries again with a fresh attempt budget (None: every dead one, of
         ``subscription`` if given); return their ids."""
+
+    async def delete_deliveries(self, delivery_ids: Sequence[int]) -> list[int]:
+        """Delete dead deliveries (a dead-letter purge) with their attempts; return the ids
+        deleted (deliveries in other states are left as they are)."""
 
 
 class SubscriptionLeases(Protocol):

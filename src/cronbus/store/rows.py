@@ -29,7 +29,8 @@ RUN_COLUMNS = """
     r.id, r.task, r.queue, r.state, r.priority, r.lane, r.eta, r.attempts, r.used,
     r.max_attempts, r.timeout, r.idempotency_key, r.created_at, r.updated_at, r.finished_at,
     r.lease_owner, r.lease_expires, r.attempt_id, r.target_worker, r.route_key,
-    p.args, p.kwargs, a.result, a.error_type, a.error_message, a.traceback, r.job_id, r.fire_at
+    p.args, p.kwargs, a.result, a.error_type, a.error_message, a.traceback, r.job_id, r.fire_at,
+    r.namespace
 """
 RUN_FROM = """
     FROM runs r
@@ -40,7 +41,7 @@ RUN_FROM = """
 JOB_COLUMNS = """
     id, name, task, trigger, args, kwargs, queue, priority, max_attempts, timeout, misfire,
     misfire_grace, misfire_max, overlap, children, calendars, max_fires, source, paused, enabled,
-    next_fire_at, fires, last_fire_at, created_at, updated_at, spec_hash
+    next_fire_at, fires, last_fire_at, created_at, updated_at, spec_hash, namespace
 """
 
 
@@ -67,6 +68,7 @@ def job_params(spec: JobSpec, next_fire_at: float | None, now: float) -> dict[st
         "source": spec.source,
         "spec_hash": spec.spec_hash(),
         "paused": int(spec.paused),
+        "namespace": spec.namespace,
         "next_fire_at": next_fire_at,
         "now": now,
     }
@@ -93,6 +95,7 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         max_fires=row[16],
         source=row[17],
         paused=bool(row[18]),
+        namespace=row[26],
     )
     return Job(
         id=row[0],
@@ -142,6 +145,7 @@ def run_from_row(row: Row) -> Run:
         error=error_from_row(row[23], row[24], row[25]),
         job_id=row[26],
         fire_at=row[27],
+        namespace=row[28],
     )
 
 
@@ -178,7 +182,8 @@ def _trigger_spec(text: str) -> dict[str, Any]:
 def new_run_values(run: NewRun, now: float) -> tuple[Any, ...]:
     """The values both stores insert for a new run, in their common column order (task, queue,
     state, priority, eta, max_attempts, timeout, idempotency_key, target_worker, route_key,
-    job_id, fire_at, concurrency_key, overlap); each store adds its own columns after them."""
+    job_id, fire_at, concurrency_key, overlap, namespace); each store adds its own columns after
+    them."""
     return (
         run.task,
         run.queue,
@@ -194,4 +199,5 @@ def new_run_values(run: NewRun, now: float) -> tuple[Any, ...]:
         run.fire_at,
         run.concurrency_key,
         run.overlap.value,
+        run.namespace,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ...errors import ConflictError
 from ...events.records import (
     Appended,
     EventRecord,
@@ -25,19 +26,27 @@ from .rows import arrays
 class PostgresEvents(Connected):
     """The events role (:class:`~cronbus.store.ports.Events`) of the PostgreSQL store."""
 
-    async def append(self, topic: str, events: Sequence[NewEvent], now: float) -> list[Appended]:
+    async def append(
+        self, topic: str, events: Sequence[NewEvent], now: float, namespace: str = "default"
+    ) -> list[Appended]:
         """Append events durably at increasing offsets, in one round trip (see the SQL for how
-        offsets follow commit order); a repeated id reports its stored offset."""
+        offsets follow commit order); a repeated id reports its stored offset. The first
+        append creates the topic in ``namespace``; a topic of another namespace raises
+        :class:`~cronbus.errors.ConflictError` (nothing was appended)."""
         if not events:
             return []
         async with self._db.transaction() as tx:
-            await tx.queue(q.LOCK_TOPIC, {"topic": topic, "now": now})
-            appending = await tx.queue(q.APPEND, _append_params(topic, events, now))
+            await tx.queue(q.LOCK_TOPIC, {"topic": topic, "namespace": namespace, "now": now})
+            params = {**_append_params(topic, events, now), "namespace": namespace}
+            appending = await tx.queue(q.APPEND, params)
             tx.nudges.add(EVENTS_CHANNEL)
         rows = await appending.fetchall()
+        owner = rows[0][2] if rows else namespace
+        if owner != namespace:
+            raise ConflictError(f"topic {topic!r} belongs to namespace {owner!r}")
         return [
             Appended(id=event.id, offset=offset, created=created)
-            for event, (offset, created) in zip(events, rows, strict=True)
+            for event, (offset, created, _) in zip(events, rows, strict=True)
         ]
 
     async def read_events(self, topic: str, after: int, limit: int) -> list[EventRecord]:
@@ -55,15 +64,26 @@ class PostgresEvents(Connected):
             else TopicInfo(name=topic, first_offset=None, last_offset=0, events=0)
         )
 
-    async def list_topics(self) -> list[TopicInfo]:
-        """Every topic with events or settings, by name."""
-        return [_topic(row) for row in await self._db.rows(q.LIST_TOPICS)]
+    async def list_topics(self, namespace: str | None = None) -> list[TopicInfo]:
+        """Every topic (of ``namespace``; None: of all) with events or settings, by name."""
+        rows = await self._db.rows(q.LIST_TOPICS, {"namespace": namespace})
+        return [_topic(row) for row in rows]
 
     async def set_retention(
-        self, topic: str, max_age: float | None, max_events: int | None
+        self,
+        topic: str,
+        max_age: float | None,
+        max_events: int | None,
+        namespace: str = "default",
     ) -> None:
-        """Keep events of ``topic`` at most ``max_age`` seconds and ``max_events`` (None: any)."""
-        params = {"topic": topic, "max_age": max_age, "max_events": max_events}
+        """Keep events of ``topic`` at most ``max_age`` seconds and ``max_events`` (None: any);
+        a new topic is created in ``namespace``."""
+        params = {
+            "topic": topic,
+            "max_age": max_age,
+            "max_events": max_events,
+            "namespace": namespace,
+        }
         await self._db.execute(q.SET_RETENTION, params)
 
     async def trim(self, now: float) -> int:
@@ -93,6 +113,7 @@ def _topic(row: Row) -> TopicInfo:
         events=row[3],
         max_age=row[4],
         max_events=row[5],
+        namespace=row[6],
     )
 
 

@@ -28,6 +28,7 @@ WAITING = sources(DeliveryEvent.SEND)
 """Deliveries waiting to be pushed: pending (the fresh lane) and retry (the retry lane)."""
 PENDING = _state(DeliveryState.PENDING)
 RETRY = _state(DeliveryState.RETRY)
+DEAD = _state(DeliveryState.DEAD)
 IN_FLIGHT = _state(transition(DeliveryState.PENDING, DeliveryEvent.SEND))
 # A takeover loses the pushes of the holder that died: in flight → pending, no attempt spent.
 (_LOST_FROM,) = sources(DeliveryEvent.LOSE)
@@ -42,14 +43,15 @@ SUBSCRIPTION_COLUMNS = SUBSCRIPTION_FIELDS
 # append to the topic numbers after this one and commits after it. ON CONFLICT ... WHERE false
 # locks an existing row without writing a new version of it.
 LOCK_TOPIC = """
-INSERT INTO topics (name, created_at) VALUES (%(topic)s, %(now)s)
+INSERT INTO topics (name, namespace, created_at) VALUES (%(topic)s, %(namespace)s, %(now)s)
 ON CONFLICT (name) DO UPDATE SET last_offset = topics.last_offset WHERE false
 """
 # A statement of its own after LOCK_TOPIC (same round trip): its snapshot is taken once the lock
 # is held, so it sees every event committed by earlier appends to the topic and no event can be
 # numbered twice. An event's identity is its source and id (CloudEvents): events already stored
 # report their offset (found through the (topic, event_id, source) key); a repeat within the
-# batch reports its first occurrence's.
+# batch reports its first occurrence's. A topic of another namespace moves no offset, so nothing
+# is inserted, and every row names the topic's namespace for the caller to refuse the append.
 APPEND = """
 WITH input AS (
     SELECT * FROM unnest(
@@ -71,7 +73,7 @@ moved AS (
     UPDATE topics t
     SET last_offset = t.last_offset + c.n, events = t.events + c.n
     FROM (SELECT count(*) AS n FROM fresh) c
-    WHERE t.name = %(topic)s
+    WHERE t.name = %(topic)s AND t.namespace = %(namespace)s
     RETURNING t.last_offset - c.n AS base
 ),
 numbered AS (
@@ -84,7 +86,8 @@ inserted AS (
         %(now)s
     FROM numbered ORDER BY "offset"
 )
-SELECT coalesce(n."offset", s."offset"), coalesce(n.ord = i.ord, false)
+SELECT coalesce(n."offset", s."offset"), coalesce(n.ord = i.ord, false),
+    (SELECT t.namespace FROM topics t WHERE t.name = %(topic)s)
 FROM input i
 LEFT JOIN numbered n ON n.event_id = i.event_id AND n.source = i.source
 LEFT JOIN stored s ON s.event_id = i.event_id AND s.source = i.source
@@ -98,14 +101,18 @@ WHERE e.topic = %s AND e."offset" > %s ORDER BY e."offset" LIMIT %s
 """
 _TOPIC = """
 SELECT t.name, (SELECT min(e."offset") FROM events e WHERE e.topic = t.name), t.last_offset,
-    t.events, t.max_age, t.max_events
+    t.events, t.max_age, t.max_events, t.namespace
 FROM topics t
 """
 GET_TOPIC = f"{_TOPIC} WHERE t.name = %s"
-LIST_TOPICS = f"{_TOPIC} ORDER BY t.name"
+LIST_TOPICS = f"""{_TOPIC}
+WHERE %(namespace)s::text IS NULL OR t.namespace = %(namespace)s
+ORDER BY t.name
+"""
 SET_RETENTION = """
-INSERT INTO topics (name, max_age, max_events, created_at)
-VALUES (%(topic)s, %(max_age)s, %(max_events)s, extract(epoch FROM clock_timestamp()))
+INSERT INTO topics (name, max_age, max_events, namespace, created_at)
+VALUES (%(topic)s, %(max_age)s, %(max_events)s, %(namespace)s,
+        extract(epoch FROM clock_timestamp()))
 ON CONFLICT (name) DO UPDATE SET max_age = excluded.max_age, max_events = excluded.max_events
 """
 # Offsets are in commit order, publication times are the publishers' clocks: the largest
@@ -162,11 +169,11 @@ SELECT coalesce(sum(n), 0)::bigint FROM gone
 # offsets its old cursor does not describe.
 _INSERT_SUBSCRIPTION = """
 INSERT INTO subscriptions AS s (name, topic, target, filter, policy, origin, start, cursor,
-                                created_at, updated_at)
+                                namespace, created_at, updated_at)
 VALUES (%(name)s, %(topic)s, %(target)s, %(filter)s, %(policy)s, %(origin)s, %(start)s,
     CASE WHEN %(earliest)s THEN 0
          ELSE coalesce((SELECT last_offset FROM topics WHERE name = %(topic)s), 0) END,
-    %(now)s, %(now)s)
+    %(namespace)s, %(now)s, %(now)s)
 """
 # Creation only: the insert decides a race between two adds of one name (the unique name; a
 # second insert waits for the first to commit, then does nothing and returns no row).
@@ -180,12 +187,25 @@ ON CONFLICT (name) DO UPDATE SET
     policy = excluded.policy, origin = excluded.origin, start = excluded.start,
     cursor = CASE WHEN s.topic = excluded.topic THEN s.cursor ELSE excluded.cursor END,
     updated_at = excluded.updated_at
+WHERE s.namespace = excluded.namespace
 RETURNING {SUBSCRIPTION_COLUMNS}
 """
+# Names are unique per store: a replace never moves a subscription to another namespace.
+SUBSCRIPTION_NAMESPACE = "SELECT namespace FROM subscriptions WHERE name = %s"
 GET_SUBSCRIPTION = f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE name = %s"
-LIST_SUBSCRIPTIONS = f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions ORDER BY name"
-LIST_TOPIC_SUBSCRIPTIONS = f"""
-SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE topic = %s ORDER BY name
+LIST_SUBSCRIPTIONS = f"""
+SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions
+WHERE (%(topic)s::text IS NULL OR topic = %(topic)s)
+  AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+ORDER BY name
+"""
+# A dead-letter purge: dead deliveries only, with their attempts.
+DELETE_DELIVERIES = f"""
+WITH doomed AS (
+    DELETE FROM deliveries WHERE id = ANY(%(ids)b::bigint[]) AND state = {DEAD} RETURNING id
+),
+attempts AS (DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT id FROM doomed))
+SELECT id FROM doomed ORDER BY id
 """
 # Pausing ends the lease: the holder is fenced out at its next change, and whoever takes the
 # subscription after its resumption finds the old holder's pushes pending again.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...errors import JobExistsError, JobNotFoundError
+from ...errors import ConflictError, JobExistsError, JobNotFoundError
 from ...model import Fire, Job, JobSpec, NewRun
 from ..logic import JOB_FOLLOW_UP_WAKEUPS, after_fire, job_run
 from ..ports import JOBS_CHANNEL, RUNS_CHANNEL
@@ -103,18 +103,32 @@ class PostgresJobs(Connected):
             tx.nudges.add(JOBS_CHANNEL)
         rows = await putting.fetchall()
         if not rows:
+            if not create:
+                await self._refuse_namespace(spec)
             raise JobExistsError(f"a job named {spec.name!r} exists; use update")
         return job_from_row(rows[0])
+
+    async def _refuse_namespace(self, spec: JobSpec) -> None:
+        """Raise :class:`ConflictError` when the job's name is taken in another namespace."""
+        row = await self._db.one(jq.JOB_NAMESPACE, (spec.name,))
+        if row is not None and row[0] != spec.namespace:
+            raise ConflictError(f"job {spec.name!r} belongs to namespace {row[0]!r}")
 
     async def put_jobs(self, jobs: Sequence[tuple[JobSpec, float | None]], now: float) -> None:
         """Create or replace several jobs in one pipelined transaction."""
         if not jobs:
             return
         async with self._db.transaction() as tx:
-            for spec, following in jobs:
+            putting = [
                 await tx.queue(
                     jq.UPSERT_JOB, {**job_params(spec, following, now), "paused": spec.paused}
                 )
+                for spec, following in jobs
+            ]
+            for (spec, _), cursor in zip(jobs, putting, strict=True):
+                if not await cursor.fetchall():
+                    # Raised inside the transaction: the other jobs are rolled back with it.
+                    await self._refuse_namespace(spec)
             tx.nudges.add(JOBS_CHANNEL)
 
     async def get_job(self, name: str) -> Job:
@@ -124,9 +138,10 @@ class PostgresJobs(Connected):
             raise JobNotFoundError(f"no job named {name!r}")
         return job_from_row(row)
 
-    async def list_jobs(self) -> list[Job]:
-        """Every job, by name."""
-        return [job_from_row(row) for row in await self._db.rows(jq.LIST_JOBS)]
+    async def list_jobs(self, namespace: str | None = None) -> list[Job]:
+        """Every job (of ``namespace``; None: of all), by name."""
+        rows = await self._db.rows(jq.LIST_JOBS, {"namespace": namespace})
+        return [job_from_row(row) for row in rows]
 
     async def set_job_paused(
         self, name: str, paused: bool, next_fire_at: float | None, now: float

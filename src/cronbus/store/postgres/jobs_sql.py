@@ -5,7 +5,13 @@ from __future__ import annotations
 from ..rows import JOB_COLUMNS as _JOB_COLUMNS
 
 SELECT_JOB = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE name = %s"
-LIST_JOBS = f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY name"
+LIST_JOBS = f"""
+SELECT {_JOB_COLUMNS} FROM jobs
+WHERE %(namespace)s::text IS NULL OR namespace = %(namespace)s
+ORDER BY name
+"""
+# Names are unique per store: which namespace holds a name (a replace never moves a job).
+JOB_NAMESPACE = "SELECT namespace FROM jobs WHERE name = %s"
 DUE_JOBS = f"""
 SELECT {_JOB_COLUMNS} FROM jobs
 WHERE next_fire_at IS NOT NULL AND NOT paused AND enabled AND next_fire_at <= %s
@@ -18,11 +24,11 @@ UPSERT_JOB = f"""
 INSERT INTO jobs (name, task, trigger, after_seconds, args, kwargs, queue, priority,
                   max_attempts, timeout, misfire, misfire_grace, misfire_max, overlap, children,
                   calendars, max_fires, source, spec_hash, paused, enabled, next_fire_at,
-                  created_at, updated_at)
+                  namespace, created_at, updated_at)
 VALUES (%(name)s, %(task)s, %(trigger)s, %(after_seconds)s, %(args)s, %(kwargs)s, %(queue)s,
         %(priority)s, %(max_attempts)s, %(timeout)s, %(misfire)s, %(misfire_grace)s,
         %(misfire_max)s, %(overlap)s, %(children)s, %(calendars)s, %(max_fires)s, %(source)s,
-        %(spec_hash)s, %(paused)s, true, %(next_fire_at)s, %(now)s, %(now)s)
+        %(spec_hash)s, %(paused)s, true, %(next_fire_at)s, %(namespace)s, %(now)s, %(now)s)
 ON CONFLICT (name) DO UPDATE SET
     task = excluded.task, trigger = excluded.trigger, after_seconds = excluded.after_seconds,
     args = excluded.args, kwargs = excluded.kwargs, queue = excluded.queue,
@@ -33,9 +39,11 @@ ON CONFLICT (name) DO UPDATE SET
     max_fires = excluded.max_fires, source = excluded.source, spec_hash = excluded.spec_hash,
     paused = excluded.paused, enabled = true, next_fire_at = excluded.next_fire_at,
     updated_at = excluded.updated_at
+WHERE jobs.namespace = excluded.namespace
 RETURNING {_JOB_COLUMNS}
 """
-# ``jobs.add``: the name must be new, decided by the insert itself.
+# ``jobs.add``: the name must be new, decided by the insert itself. A replace of a job of another
+# namespace changes nothing (the upsert's WHERE) and is refused as a conflict.
 INSERT_JOB = (
     UPSERT_JOB[: UPSERT_JOB.index("ON CONFLICT")]
     + f"ON CONFLICT (name) DO NOTHING RETURNING {_JOB_COLUMNS}"

@@ -18,7 +18,7 @@ from ...model import (
 from ...states import AttemptOutcome, RunState
 from ..fencing import SERVER_CLOCK, EndedAttempt, LeaseClock, new_fence, settle
 from ..logic import holds_cancelling, lease_lost, overlap_decisions, wakeups
-from ..ports import HeldAttempt
+from ..ports import Beat, HeldAttempt
 from . import sql as q
 from .connection import Connected, Cursor, Row, Tx
 from .jobs import after_triggers, runs_ended
@@ -105,6 +105,7 @@ class PostgresLeases(Connected):
             "limits": [share.limit for share in request.queues],
             "limit": request.limit,
             "worker": request.worker_id,
+            "namespace": request.namespace,
         }
         return await tx.queue(q.PICK, params)
 
@@ -167,21 +168,28 @@ class PostgresLeases(Connected):
     ) -> list[HeldAttempt]:
         """Renew every lease the worker holds, and its registry entry, in one statement; the
         leases run ``lease_seconds`` of the server's clock from now."""
+        return (await self.beat(worker_id, now, lease_seconds)).held
+
+    async def beat(self, worker_id: str, now: float, lease_seconds: float) -> Beat:
+        """:meth:`heartbeat`, with whether the worker was asked to drain (same statement)."""
         params = {
             "now": now,
             "worker": worker_id,
             "lease": lease_seconds,
             "clock": self._clock(now),
         }
-        return [
+        rows = await self._db.rows(q.HEARTBEAT, params)
+        held = [
             HeldAttempt(
                 run_id=r[0],
                 attempt_id=r[1],
                 cancelling=holds_cancelling(RunState(r[2])),
                 fence=r[3],
             )
-            for r in await self._db.rows(q.HEARTBEAT, params)
+            for r in rows
+            if r[0] is not None
         ]
+        return Beat(held=held, drain_requested=bool(rows and rows[0][4]))
 
     async def reap(self, now: float, max_lost: int) -> list[int]:
         """Requeue the runs of expired leases (by the server's clock); a run lost ``max_lost``

@@ -169,6 +169,7 @@ _RUN_COLUMNS = (
     "fire_at",
     "concurrency_key",
     "overlap",
+    "namespace",
     "args",
     "kwargs",
 )
@@ -220,9 +221,12 @@ def run_params(runs: Sequence[NewRun], now: float) -> dict[str, Any]:
 
 
 # -- workers ---------------------------------------------------------------------------------------
-def worker_from_row(row: Row, silent_since: float) -> WorkerInfo:
-    """A row of ``LIST_WORKERS``; a worker silent since before ``silent_since`` is lost."""
-    state = worker_state(WorkerState(row[9]), row[8], silent_since)
+def worker_from_row(row: Row, silent_since: float | None) -> WorkerInfo:
+    """A row of ``LIST_WORKERS``; a worker silent since before ``silent_since`` is lost (None:
+    its state as stored)."""
+    state = WorkerState(row[9])
+    if silent_since is not None:
+        state = worker_state(state, row[8], silent_since)
     return WorkerInfo(
         id=row[0],
         host=row[1],
@@ -235,6 +239,9 @@ def worker_from_row(row: Row, silent_since: float) -> WorkerInfo:
         heartbeat_at=row[8],
         state=state,
         running=tuple(row[10]),
+        namespace=row[11],
+        tasks=tuple(row[12]),
+        drain_requested=row[13],
     )
 
 

@@ -18,6 +18,7 @@ from ...model import (
 from ...states import RunEvent, RunState, sources, sql_match
 from ..logic import cancel_state, wakeups
 from ..rows import attempt_from_row, run_from_row
+from . import listing
 from . import sql as q
 from .connection import Connected, Cursor
 from .jobs import after_triggers, runs_ended
@@ -32,17 +33,19 @@ _SCHEDULED = sql_match("state", sources(RunEvent.DUE))
 # runs already due are found through runs_due; a claim promotes them, so there are few.
 READY_QUEUES = f"""
 WITH RECURSIVE ready(queue) AS (
-    (SELECT r.queue FROM runs r WHERE {_QUEUED} ORDER BY r.queue LIMIT 1)
+    (SELECT r.queue FROM runs r WHERE {_QUEUED} AND r.namespace = %(namespace)s
+     ORDER BY r.queue LIMIT 1)
     UNION ALL
-    SELECT (SELECT r.queue FROM runs r WHERE {_QUEUED} AND r.queue > ready.queue
+    SELECT (SELECT r.queue FROM runs r
+            WHERE {_QUEUED} AND r.namespace = %(namespace)s AND r.queue > ready.queue
             ORDER BY r.queue LIMIT 1)
     FROM ready WHERE ready.queue IS NOT NULL
 )
 SELECT queue FROM ready WHERE queue IS NOT NULL
 UNION
-SELECT queue FROM runs WHERE {_SCHEDULED} AND eta <= %(now)s
+SELECT queue FROM runs WHERE {_SCHEDULED} AND eta <= %(now)s AND namespace = %(namespace)s
 """
-NEXT_ETA_ANY = f"SELECT min(eta) FROM runs WHERE {_SCHEDULED}"
+NEXT_ETA_ANY = f"SELECT min(eta) FROM runs WHERE {_SCHEDULED} AND namespace = %s"
 
 
 class PostgresRuns(Connected):
@@ -116,37 +119,58 @@ class PostgresRuns(Connected):
         return [run_from_row(row) for row in await self._db.rows(q.GET_RUNS, (list(run_ids),))]
 
     async def list_runs(self, filter: RunFilter) -> list[Run]:
-        """Runs matching ``filter``, newest first."""
-        values = {
-            "states": [state.value for state in filter.states] or None,
-            "task": filter.task,
-            "queue": filter.queue,
-            "job_id": filter.job_id,
-            "before_id": filter.before_id,
-        }
-        given = {name: value for name, value in values.items() if value is not None}
-        where = " AND ".join(q.RUN_FILTERS[name] for name in given)
-        query = q.LIST_RUNS + (f" WHERE {where}" if where else "") + q.LIST_RUNS_ORDER
-        rows = await self._db.rows(query, [*given.values(), filter.limit])
-        return [run_from_row(row) for row in rows]
+        """Runs matching ``filter``, newest first (see :mod:`.listing`)."""
+        if filter.limit <= 0:
+            return []
+        if filter.namespace is not None:
+            namespaces = [filter.namespace]
+        else:
+            namespaces = [row[0] for row in await self._db.rows(q.RUN_NAMESPACES)]
+            if not namespaces:
+                return []
+        query, params = listing.listing_query(filter, namespaces)
+        return [run_from_row(row) for row in await self._db.rows(query, params)]
 
     async def list_attempts(self, run_id: int) -> list[Attempt]:
         """A run's attempts, oldest first."""
         return [attempt_from_row(row) for row in await self._db.rows(q.LIST_ATTEMPTS, (run_id,))]
 
-    async def count_runs(self) -> dict[RunState, int]:
-        """How many runs are in each state."""
-        return {RunState(state): count for state, count in await self._db.rows(q.COUNT_RUNS)}
-
-    async def next_eta(self, queues: Sequence[str] | None) -> float | None:
-        """When the next scheduled run of ``queues`` (None: of any queue) is due."""
-        if queues is None:
-            row = await self._db.one(NEXT_ETA_ANY)
+    async def count_runs(self, namespace: str | None = None) -> dict[RunState, int]:
+        """How many runs (of ``namespace``; None: of all) are in each state."""
+        if namespace is None:
+            rows = await self._db.rows(listing.COUNT_RUNS)
         else:
-            row = await self._db.one(q.NEXT_ETA, (list(queues),))
+            rows = await self._db.rows(listing.COUNT_NAMESPACE_RUNS, (namespace,))
+        return {RunState(state): count for state, count in rows}
+
+    async def runs_per_minute(
+        self, namespace: str | None, since: float, until: float
+    ) -> list[tuple[float, str, int]]:
+        """Runs that ended in ``[since, until)``, per minute and terminal state."""
+        spaces = None if namespace is None else [namespace]
+        params = {"spaces": spaces, "since": since, "until": until}
+        rows = await self._db.rows(listing.PER_MINUTE, params)
+        return [(float(minute), state, count) for minute, state, count in rows]
+
+    async def delete_runs(self, run_ids: Sequence[int], now: float) -> list[int]:
+        """Delete the ended runs among ``run_ids``, with their payloads and attempts."""
+        if not run_ids:
+            return []
+        async with self._db.transaction() as tx:
+            rows = await tx.rows(listing.DELETE_RUNS, {"ids": list(run_ids)})
+        return [row[0] for row in rows]
+
+    async def next_eta(
+        self, queues: Sequence[str] | None, namespace: str = "default"
+    ) -> float | None:
+        """When the next scheduled run of ``namespace`` in ``queues`` (None: any) is due."""
+        if queues is None:
+            row = await self._db.one(NEXT_ETA_ANY, (namespace,))
+        else:
+            row = await self._db.one(q.NEXT_ETA, (namespace, list(queues)))
         return None if row is None or row[0] is None else float(row[0])
 
-    async def ready_queues(self, now: float) -> list[str]:
-        """The queues holding runs a claim could take at ``now``, by name."""
-        rows = await self._db.rows(READY_QUEUES, {"now": now})
+    async def ready_queues(self, now: float, namespace: str = "default") -> list[str]:
+        """The queues holding runs of ``namespace`` a claim could take at ``now``, by name."""
+        rows = await self._db.rows(READY_QUEUES, {"now": now, "namespace": namespace})
         return sorted(row[0] for row in rows)

@@ -73,18 +73,19 @@ _NEW_RUNS = """
         %(eta)b::float8[], %(max_attempts)b::int[], %(timeout)b::float8[],
         %(idempotency_key)b::text[], %(target_worker)b::text[], %(route_key)b::text[],
         %(job_id)b::bigint[], %(fire_at)b::float8[], %(concurrency_key)b::text[],
-        %(overlap)b::text[], %(args)b::text[], %(kwargs)b::text[]
+        %(overlap)b::text[], %(namespace)b::text[], %(args)b::text[], %(kwargs)b::text[]
     ) WITH ORDINALITY AS n(task, queue, state, priority, eta, max_attempts, timeout,
         idempotency_key, target_worker, route_key, job_id, fire_at, concurrency_key, overlap,
-        args, kwargs, ord)
+        namespace, args, kwargs, ord)
     ORDER BY n.ord
 """
 _INSERT_NEW_RUNS = """
     INSERT INTO runs (id, task, queue, state, priority, eta, max_attempts, timeout,
         idempotency_key, target_worker, route_key, job_id, fire_at, concurrency_key, overlap,
-        created_at, updated_at)
+        namespace, created_at, updated_at)
     SELECT id, task, queue, state, priority, eta, max_attempts, timeout, idempotency_key,
-        target_worker, route_key, job_id, fire_at, concurrency_key, overlap, %(now)s, %(now)s
+        target_worker, route_key, job_id, fire_at, concurrency_key, overlap, namespace,
+        %(now)s, %(now)s
     FROM new ORDER BY ord
 """
 INSERT_RUNS = f"""
@@ -136,7 +137,7 @@ WHERE id IN (
 """
 # A run of a job with overlap=queue waits while another run with its key is active.
 _READY = f"""
-    r.state = {QUEUED} AND r.queue = s.queue
+    r.state = {QUEUED} AND r.namespace = %(namespace)s AND r.queue = s.queue
     AND (r.target_worker IS NULL OR r.target_worker = %(worker)s)
     AND NOT (r.overlap = {OVERLAP_QUEUE} AND EXISTS (
         SELECT 1 FROM runs b
@@ -302,16 +303,22 @@ WHERE j.id = f.job_id AND {_AFTER_JOB}
 # reaped; a lease is several heartbeats long) and reports every attempt the worker still holds.
 # The lease runs `lease` seconds of the server's clock from the heartbeat, whatever the
 # worker's clock says; its registry entry keeps the worker's own time, as every record does.
+# Each row also says whether the worker was asked to drain; a worker holding nothing gets one
+# row of NULLs with it.
 HEARTBEAT = f"""
-WITH seen AS (UPDATE workers SET heartbeat_at = %(now)s WHERE id = %(worker)s),
+WITH seen AS (
+    UPDATE workers SET heartbeat_at = %(now)s WHERE id = %(worker)s RETURNING drain_requested
+),
 renewed AS (
     UPDATE runs SET lease_expires = {_LEASE_NOW} + %(lease)s
     WHERE id IN (
         SELECT id FROM runs WHERE lease_owner = %(worker)s AND state IN {sql_in(ACTIVE)}
         FOR UPDATE SKIP LOCKED)
 )
-SELECT id, attempt_id, state, fence FROM runs
-WHERE lease_owner = %(worker)s AND state IN {sql_in(ACTIVE)}
+SELECT r.id, r.attempt_id, r.state, r.fence,
+    coalesce((SELECT drain_requested FROM seen), false)
+FROM (SELECT 1) AS one
+LEFT JOIN runs r ON r.lease_owner = %(worker)s AND r.state IN {sql_in(ACTIVE)}
 """
 EXPIRED = f"""
 SELECT id, attempt_id, state, lost, eta, job_id FROM runs
@@ -345,41 +352,51 @@ REQUEUE_IDS = f"""{_REQUEUE}
 WHERE id = ANY(%(ids)b::bigint[]) AND state IN {sql_in(sources(RunEvent.REQUEUE))}
 RETURNING id
 """
+# A loose index scan: each step seeks the next namespace name, so the cost grows with the number
+# of namespaces, not of runs (PostgreSQL has no skip scan for SELECT DISTINCT).
+RUN_NAMESPACES = """
+WITH RECURSIVE spaces(name) AS (
+    (SELECT namespace FROM runs ORDER BY namespace LIMIT 1)
+    UNION ALL
+    SELECT (SELECT namespace FROM runs WHERE namespace > spaces.name ORDER BY namespace LIMIT 1)
+    FROM spaces WHERE spaces.name IS NOT NULL
+)
+SELECT name FROM spaces WHERE name IS NOT NULL
+"""
+# Every dead run, found per namespace through runs_by_state (namespace, state, id).
 REQUEUE_ALL_DEAD = f"""{_REQUEUE}
-WHERE state = {DEAD}
+WHERE namespace = ANY(ARRAY({RUN_NAMESPACES})) AND state = {DEAD}
 RETURNING id
 """
 
 # -- runs: reads ---------------------------------------------------------------------------------
 GET_RUN = f"SELECT {_RUN_COLUMNS} {_RUN_FROM} WHERE r.id = %s"
 GET_RUNS = f"SELECT {_RUN_COLUMNS} {_RUN_FROM} WHERE r.id = ANY(%b::bigint[])"
-LIST_RUNS = f"SELECT {_RUN_COLUMNS} {_RUN_FROM}"
-LIST_RUNS_ORDER = " ORDER BY r.id DESC LIMIT %s"
-RUN_FILTERS = {
-    "states": "r.state = ANY(%b::text[])",
-    "task": "r.task = %s",
-    "queue": "r.queue = %s",
-    "job_id": "r.job_id = %s",
-    "before_id": "r.id < %s",
-}
+RUN_COLUMNS = _RUN_COLUMNS
+RUN_FROM = _RUN_FROM
 LIST_ATTEMPTS = """
 SELECT id, run_id, number, worker_id, started_at, finished_at, outcome, result, error_type,
        error_message, traceback, logs
 FROM attempts WHERE run_id = %s ORDER BY id
 """
-COUNT_RUNS = "SELECT state, count(*) FROM runs GROUP BY state"
-NEXT_ETA = f"SELECT min(eta) FROM runs WHERE state = {SCHEDULED} AND queue = ANY(%b::text[])"
+NEXT_ETA = f"""
+SELECT min(eta) FROM runs
+WHERE state = {SCHEDULED} AND namespace = %s AND queue = ANY(%b::text[])
+"""
 
 # -- workers -------------------------------------------------------------------------------------
 UPSERT_WORKER = """
 INSERT INTO workers (id, host, pid, queues, labels, concurrency, version, started_at,
-                     heartbeat_at, state)
-VALUES (%s, %s, %s, %b::text[], %b::text[], %s, %s, %s, %s, %s)
+                     heartbeat_at, state, namespace, tasks, drain_requested)
+VALUES (%s, %s, %s, %b::text[], %b::text[], %s, %s, %s, %s, %s, %s, %b::text[], %s)
 ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
     queues = excluded.queues, labels = excluded.labels, concurrency = excluded.concurrency,
     version = excluded.version, started_at = excluded.started_at,
-    heartbeat_at = excluded.heartbeat_at, state = excluded.state
+    heartbeat_at = excluded.heartbeat_at, state = excluded.state,
+    namespace = excluded.namespace, tasks = excluded.tasks,
+    drain_requested = excluded.drain_requested
 """
+REQUEST_DRAIN = "UPDATE workers SET drain_requested = true WHERE id = %s RETURNING id"
 SET_WORKER_STATE = "UPDATE workers SET state = %s, heartbeat_at = %s WHERE id = %s"
 # A worker that still owns a run keeps its row until the reaper has taken the run back.
 PRUNE_WORKERS = f"""
@@ -389,10 +406,15 @@ AND NOT EXISTS (
 )
 RETURNING w.id
 """
-LIST_WORKERS = f"""
+_WORKERS = f"""
 SELECT w.id, w.host, w.pid, w.queues, w.labels, w.concurrency, w.version, w.started_at,
     w.heartbeat_at, w.state,
     ARRAY(SELECT r.id FROM runs r
-          WHERE r.lease_owner = w.id AND r.state IN {sql_in(ACTIVE)} ORDER BY r.id)
-FROM workers w ORDER BY w.started_at DESC
+          WHERE r.lease_owner = w.id AND r.state IN {sql_in(ACTIVE)} ORDER BY r.id),
+    w.namespace, w.tasks, w.drain_requested
+FROM workers w"""
+LIST_WORKERS = f"""{_WORKERS}
+WHERE %(namespace)s::text IS NULL OR w.namespace = %(namespace)s
+ORDER BY w.started_at DESC
 """
+GET_WORKER = f"{_WORKERS} WHERE w.id = %(id)s"

@@ -20,6 +20,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from ...errors import (
+    ConflictError,
     DeliveryNotFoundError,
     InvalidArgumentError,
     SubscriptionNotFoundError,
@@ -74,7 +75,13 @@ class PostgresSubscriptions(Connected):
             )
         params = _subscription_params(spec, now)
         if not create:
-            return _subscription(_found(await self._db.one(q.PUT_SUBSCRIPTION, params), spec.name))
+            row = await self._db.one(q.PUT_SUBSCRIPTION, params)
+            if row is None:
+                owner = await self._db.one(q.SUBSCRIPTION_NAMESPACE, (spec.name,))
+                raise ConflictError(
+                    f"subscription {spec.name!r} belongs to namespace {owner and owner[0]!r}"
+                )
+            return _subscription(row)
         # The winner of a race may be deleted before the loser reads it: then insert again.
         while True:
             row = await self._db.one(q.CREATE_SUBSCRIPTION, params)
@@ -88,12 +95,12 @@ class PostgresSubscriptions(Connected):
         """One subscription, or :class:`~cronbus.errors.SubscriptionNotFoundError`."""
         return _subscription(_found(await self._db.one(q.GET_SUBSCRIPTION, (name,)), name))
 
-    async def list_subscriptions(self, topic: str | None = None) -> list[Subscription]:
-        """Every subscription (of ``topic``), by name."""
-        if topic is None:
-            rows = await self._db.rows(q.LIST_SUBSCRIPTIONS)
-        else:
-            rows = await self._db.rows(q.LIST_TOPIC_SUBSCRIPTIONS, (topic,))
+    async def list_subscriptions(
+        self, topic: str | None = None, namespace: str | None = None
+    ) -> list[Subscription]:
+        """Every subscription (of ``topic``, of ``namespace``), by name."""
+        params = {"topic": topic, "namespace": namespace}
+        rows = await self._db.rows(q.LIST_SUBSCRIPTIONS, params)
         return [_subscription(row) for row in rows]
 
     async def set_subscription_paused(
@@ -252,6 +259,14 @@ class PostgresSubscriptions(Connected):
                 tx.nudges.add(EVENTS_CHANNEL)
         return sorted(row[0] for row in rows)
 
+    async def delete_deliveries(self, delivery_ids: Sequence[int]) -> list[int]:
+        """Delete the dead deliveries among ``delivery_ids`` with their attempts (a purge)."""
+        if not delivery_ids:
+            return []
+        async with self._db.transaction() as tx:
+            rows = await tx.rows(q.DELETE_DELIVERIES, {"ids": list(delivery_ids)})
+        return [row[0] for row in rows]
+
 
 def _subscription_params(spec: SubscriptionSpec, now: float) -> dict[str, Any]:
     return {
@@ -263,6 +278,7 @@ def _subscription_params(spec: SubscriptionSpec, now: float) -> dict[str, Any]:
         "origin": spec.origin.value,
         "start": spec.start,
         "earliest": spec.start == "earliest",
+        "namespace": spec.namespace,
         "now": now,
     }
 

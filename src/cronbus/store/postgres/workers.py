@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...errors import WorkerNotFoundError
 from ...model import (
     WorkerInfo,
     WorkerState,
@@ -29,6 +30,9 @@ class PostgresWorkers(Connected):
             worker.started_at,
             worker.heartbeat_at,
             worker.state.value,
+            worker.namespace,
+            list(worker.tasks),
+            worker.drain_requested,
         )
         await self._db.execute(q.UPSERT_WORKER, row)
 
@@ -40,8 +44,19 @@ class PostgresWorkers(Connected):
         """Delete the rows of workers silent since before ``silent_since`` and holding no run."""
         return [row[0] for row in await self._db.rows(q.PRUNE_WORKERS, (silent_since,))]
 
-    async def list_workers(self, now: float, lease_seconds: float) -> list[WorkerInfo]:
-        """Registered workers, with their running runs; silent ones are reported lost."""
-        return [
-            worker_from_row(row, now - lease_seconds) for row in await self._db.rows(q.LIST_WORKERS)
-        ]
+    async def list_workers(
+        self, now: float, lease_seconds: float, namespace: str | None = None
+    ) -> list[WorkerInfo]:
+        """Registered workers (of ``namespace``), with their running runs; silent ones are
+        reported lost."""
+        rows = await self._db.rows(q.LIST_WORKERS, {"namespace": namespace})
+        return [worker_from_row(row, now - lease_seconds) for row in rows]
+
+    async def request_drain(self, worker_id: str, now: float) -> WorkerInfo:
+        """Ask a worker to drain on its next heartbeat; its entry as it now stands."""
+        async with self._db.transaction(durable=False) as tx:
+            rows = await tx.rows(q.REQUEST_DRAIN, (worker_id,))
+            if not rows:
+                raise WorkerNotFoundError(f"no worker has id {worker_id!r}")
+            (row,) = await tx.rows(q.GET_WORKER, {"id": worker_id})
+        return worker_from_row(row, None)

@@ -14,6 +14,7 @@ import sqlite3
 import time
 from collections.abc import Sequence
 
+from ...errors import ConflictError
 from ...events.records import Appended, EventRecord, NewEvent, TopicInfo
 from ..event_rows import event_from_row
 from ..ports import EVENTS_CHANNEL
@@ -28,12 +29,19 @@ _TRIM_BATCH = 2000
 
 
 def append_events(
-    conn: sqlite3.Connection, topic: str, events: Sequence[NewEvent], now: float
+    conn: sqlite3.Connection,
+    topic: str,
+    events: Sequence[NewEvent],
+    now: float,
+    namespace: str = "default",
 ) -> list[Appended]:
     """Give new events the next offsets and insert them with one ``executemany``; known ones
-    (same source and id, stored before or earlier in the batch) report their offset."""
-    conn.execute(q.ENSURE_TOPIC, (topic, now))
-    (last,) = conn.execute(q.TOPIC_LAST_OFFSET, (topic,)).fetchone()
+    (same source and id, stored before or earlier in the batch) report their offset. The
+    topic is created in ``namespace``; one of another namespace is refused."""
+    conn.execute(q.ENSURE_TOPIC, (topic, namespace, now))
+    last, owner = conn.execute(q.TOPIC_LAST_OFFSET, (topic,)).fetchone()
+    if owner != namespace:
+        raise ConflictError(f"topic {topic!r} belongs to namespace {owner!r}")
     ids = json.dumps(list({e.id: None for e in events}))
     known: dict[tuple[str, str], int] = {
         (source, event_id): offset
@@ -75,6 +83,7 @@ def topic_info(conn: sqlite3.Connection, topic: str) -> TopicInfo:
         events=count,
         max_age=row[2],
         max_events=row[3],
+        namespace=row[4],
     )
 
 
@@ -126,19 +135,29 @@ def trim_batch(
     return len(doomed), (rows[-1][0] if len(rows) == _TRIM_BATCH else None)
 
 
-def _topics(conn: sqlite3.Connection) -> list[TopicInfo]:
-    return [topic_info(conn, name) for (name,) in conn.execute(q.TOPIC_NAMES).fetchall()]
+def _topics(conn: sqlite3.Connection, namespace: str | None) -> list[TopicInfo]:
+    if namespace is None:
+        names = conn.execute(q.TOPIC_NAMES).fetchall()
+    else:
+        names = conn.execute(q.NAMESPACE_TOPIC_NAMES, (namespace,)).fetchall()
+    return [topic_info(conn, name) for (name,) in names]
 
 
 class SqliteEvents(Connected):
     """The events role (:class:`~cronbus.store.ports.Events`) of the SQLite store."""
 
-    async def append(self, topic: str, events: Sequence[NewEvent], now: float) -> list[Appended]:
-        """Append events durably in one transaction; a known id reports its stored offset."""
+    async def append(
+        self, topic: str, events: Sequence[NewEvent], now: float, namespace: str = "default"
+    ) -> list[Appended]:
+        """Append events durably in one transaction; a known id reports its stored offset.
+        The first append creates the topic in ``namespace``; a topic of another namespace
+        raises :class:`~cronbus.errors.ConflictError`."""
         if not events:
             return []
         quick: Inline = "write" if len(events) <= _INLINE_BATCH else ""
-        appended = await self._transact(append_events, topic, events, now, wake=True, inline=quick)
+        appended = await self._transact(
+            append_events, topic, events, now, namespace, wake=True, inline=quick
+        )
         if any(a.created for a in appended):
             await self.notify([EVENTS_CHANNEL])
         return appended
@@ -153,15 +172,20 @@ class SqliteEvents(Connected):
         """A topic's offsets and retention (an unknown topic is empty, at offset 0)."""
         return await self._call(topic_info, self._db, topic)
 
-    async def list_topics(self) -> list[TopicInfo]:
-        """Every topic with events or settings, by name."""
-        return await self._call(_topics, self._db)
+    async def list_topics(self, namespace: str | None = None) -> list[TopicInfo]:
+        """Every topic (of ``namespace``; None: of all) with events or settings, by name."""
+        return await self._call(_topics, self._db, namespace)
 
     async def set_retention(
-        self, topic: str, max_age: float | None, max_events: int | None
+        self,
+        topic: str,
+        max_age: float | None,
+        max_events: int | None,
+        namespace: str = "default",
     ) -> None:
-        """Keep events of ``topic`` at most ``max_age`` seconds and ``max_events`` (None: any)."""
-        params = (topic, max_age, max_events, time.time())
+        """Keep events of ``topic`` at most ``max_age`` seconds and ``max_events`` (None: any);
+        a new topic is created in ``namespace``."""
+        params = (topic, max_age, max_events, namespace, time.time())
         await self._transact(execute, q.SET_RETENTION, params)
 
     async def trim(self, now: float) -> int:

@@ -24,9 +24,10 @@ WAITING = sources(DeliveryEvent.SEND)
 
 # -- topics and events ---------------------------------------------------------------------------
 ENSURE_TOPIC = """
-INSERT INTO topics (name, last_offset, created_at) VALUES (?, 0, ?) ON CONFLICT (name) DO NOTHING
+INSERT INTO topics (name, last_offset, namespace, created_at) VALUES (?, 0, ?, ?)
+ON CONFLICT (name) DO NOTHING
 """
-TOPIC_LAST_OFFSET = "SELECT last_offset FROM topics WHERE name = ?"
+TOPIC_LAST_OFFSET = "SELECT last_offset, namespace FROM topics WHERE name = ?"
 SET_LAST_OFFSET = "UPDATE topics SET last_offset = ? WHERE name = ?"
 # Through the (topic, event_id, source) key of 0004_event_identity.sql: the caller matches the
 # source, since an event's identity is its source and id.
@@ -42,11 +43,13 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 READ_EVENTS = f"""
 SELECT {EVENT_COLUMNS} FROM events e WHERE e.topic = ? AND e.offset > ? ORDER BY e.offset LIMIT ?
 """
-TOPIC_ROW = "SELECT name, last_offset, max_age, max_events FROM topics WHERE name = ?"
+TOPIC_ROW = "SELECT name, last_offset, max_age, max_events, namespace FROM topics WHERE name = ?"
 TOPIC_NAMES = "SELECT name FROM topics ORDER BY name"
+NAMESPACE_TOPIC_NAMES = "SELECT name FROM topics WHERE namespace = ? ORDER BY name"
 TOPIC_EVENTS = "SELECT min(offset), count(*) FROM events WHERE topic = ?"
 SET_RETENTION = """
-INSERT INTO topics (name, last_offset, max_age, max_events, created_at) VALUES (?, 0, ?, ?, ?)
+INSERT INTO topics (name, last_offset, max_age, max_events, namespace, created_at)
+VALUES (?, 0, ?, ?, ?, ?)
 ON CONFLICT (name) DO UPDATE SET max_age = excluded.max_age, max_events = excluded.max_events
 """
 # Through events_by_time: one probe, not a scan of everything older.
@@ -78,8 +81,9 @@ DELETE FROM events WHERE topic = ? AND offset IN (SELECT value FROM json_each(?)
 # another topic, whose offsets its old cursor does not describe.
 _INSERT_SUBSCRIPTION = """
 INSERT INTO subscriptions (name, topic, target, filter, policy, origin, start, cursor,
-                           created_at, updated_at)
-VALUES (:name, :topic, :target, :filter, :policy, :origin, :start, :cursor, :now, :now)
+                           namespace, created_at, updated_at)
+VALUES (:name, :topic, :target, :filter, :policy, :origin, :start, :cursor, :namespace, :now,
+        :now)
 """
 UPSERT_SUBSCRIPTION = f"""{_INSERT_SUBSCRIPTION}
 ON CONFLICT (name) DO UPDATE SET topic = excluded.topic, target = excluded.target,
@@ -87,13 +91,17 @@ ON CONFLICT (name) DO UPDATE SET topic = excluded.topic, target = excluded.targe
     start = excluded.start, updated_at = excluded.updated_at,
     cursor = CASE WHEN subscriptions.topic = excluded.topic THEN subscriptions.cursor
                   ELSE excluded.cursor END
+WHERE subscriptions.namespace = excluded.namespace
 """
+# Names are unique per store: a replace never moves a subscription to another namespace.
+SUBSCRIPTION_NAMESPACE = "SELECT namespace FROM subscriptions WHERE name = ?"
 # Creation only: the insert decides a race between two adds of one name (the unique name).
 CREATE_SUBSCRIPTION = f"{_INSERT_SUBSCRIPTION} ON CONFLICT (name) DO NOTHING"
 GET_SUBSCRIPTION = f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions s WHERE s.name = ?"
-LIST_SUBSCRIPTIONS = f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions s ORDER BY s.name"
-LIST_TOPIC_SUBSCRIPTIONS = f"""
-SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions s WHERE s.topic = ? ORDER BY s.name
+LIST_SUBSCRIPTIONS = f"""
+SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions s
+WHERE (:topic IS NULL OR s.topic = :topic) AND (:namespace IS NULL OR s.namespace = :namespace)
+ORDER BY s.name
 """
 SUBSCRIPTION_ID = "SELECT id FROM subscriptions WHERE name = ?"
 # Pausing also drops the lease, which fences the holder; whoever takes the subscription after
@@ -265,6 +273,15 @@ RETURNING id
 """
 REQUEUE_SUBSCRIPTION = f"{_REQUEUE} AND {_OF_SUBSCRIPTION} RETURNING id"
 REQUEUE_ALL = f"{_REQUEUE} RETURNING id"
+# A dead-letter purge: dead deliveries only, with their attempts.
+DEAD_DELIVERIES = f"""
+SELECT id FROM deliveries
+WHERE id IN (SELECT value FROM json_each(?)) AND {sql_match("state", [DeliveryState.DEAD])}
+"""
+DELETE_DELIVERY_ATTEMPTS = """
+DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT value FROM json_each(?))
+"""
+DELETE_DELIVERIES = "DELETE FROM deliveries WHERE id IN (SELECT value FROM json_each(?))"
 
 
 # -- rows ----------------------------------------------------------------------------------------
@@ -281,5 +298,6 @@ def subscription_params(spec: SubscriptionSpec, cursor: int, now: float) -> dict
         "origin": spec.origin.value,
         "start": spec.start,
         "cursor": cursor,
+        "namespace": spec.namespace,
         "now": now,
     }

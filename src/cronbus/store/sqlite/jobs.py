@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import JobExistsError, JobNotFoundError
+from ...errors import ConflictError, JobExistsError, JobNotFoundError
 from ...model import Deferred, Fire, Job, JobSpec
 from ...states import RunState
 from ..logic import JOB_FOLLOW_UP_WAKEUPS, after_fire, job_run
@@ -21,7 +21,7 @@ from ..rows import job_from_row, job_params
 from . import jobs_sql as jq
 from . import sql as q
 from .connection import Connected, Inline
-from .rows import execute_many, fetch_all, insert_runs
+from .rows import fetch_all, insert_runs
 
 _INLINE_BATCH = 16
 
@@ -99,8 +99,22 @@ def jobs_runs_ended(
 
 def _put_job(conn: sqlite3.Connection, query: str, params: dict[str, Any], name: str) -> Job:
     if conn.execute(query, params).rowcount == 0:
+        _refuse_namespace(conn, params)
         raise JobExistsError(f"a job named {name!r} exists; use update")
     return get_job(conn, name)
+
+
+def _put_jobs(conn: sqlite3.Connection, rows: Sequence[dict[str, Any]]) -> None:
+    for params in rows:
+        if conn.execute(jq.UPSERT_JOB, params).rowcount == 0:
+            _refuse_namespace(conn, params)
+
+
+def _refuse_namespace(conn: sqlite3.Connection, params: dict[str, Any]) -> None:
+    """Raise :class:`ConflictError` when the job's name is taken in another namespace."""
+    row = conn.execute(jq.JOB_NAMESPACE, (params["name"],)).fetchone()
+    if row is not None and row[0] != params["namespace"]:
+        raise ConflictError(f"job {params['name']!r} belongs to namespace {row[0]!r}")
 
 
 def _set_paused(conn: sqlite3.Connection, name: str, params: tuple[Any, ...]) -> Job:
@@ -137,16 +151,19 @@ class SqliteJobs(Connected):
         rows = [job_params(spec, following, now) for spec, following in jobs]
         if not rows:
             return
-        await self._transact(execute_many, jq.UPSERT_JOB, rows, wake=True)
+        await self._transact(_put_jobs, rows, wake=True)
         await self.notify([JOBS_CHANNEL])
 
     async def get_job(self, name: str) -> Job:
         """One job by name."""
         return await self._call(get_job, self._db, name, inline="read")
 
-    async def list_jobs(self) -> list[Job]:
-        """Every job, by name."""
-        rows = await self._rows(jq.LIST_JOBS)
+    async def list_jobs(self, namespace: str | None = None) -> list[Job]:
+        """Every job (of ``namespace``; None: of all), by name."""
+        if namespace is None:
+            rows = await self._rows(jq.LIST_JOBS)
+        else:
+            rows = await self._rows(jq.LIST_NAMESPACE_JOBS, (namespace,))
         return [job_from_row(row) for row in rows]
 
     async def set_job_paused(

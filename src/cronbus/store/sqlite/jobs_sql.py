@@ -8,6 +8,7 @@ SELECT_JOB = f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ?"
 
 
 LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY name"
+LIST_NAMESPACE_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ? ORDER BY name"
 
 
 DUE_JOBS = f"""
@@ -26,10 +27,11 @@ UPSERT_JOB = """
 INSERT INTO jobs (name, task, trigger, after_seconds, args, kwargs, queue, priority,
                   max_attempts, timeout, misfire, misfire_grace, misfire_max, overlap, children,
                   calendars, max_fires, source, spec_hash, paused, enabled, next_fire_at,
-                  created_at, updated_at)
+                  namespace, created_at, updated_at)
 VALUES (:name, :task, :trigger, :after_seconds, :args, :kwargs, :queue, :priority,
         :max_attempts, :timeout, :misfire, :misfire_grace, :misfire_max, :overlap, :children,
-        :calendars, :max_fires, :source, :spec_hash, :paused, 1, :next_fire_at, :now, :now)
+        :calendars, :max_fires, :source, :spec_hash, :paused, 1, :next_fire_at, :namespace,
+        :now, :now)
 ON CONFLICT (name) DO UPDATE SET
     task = excluded.task, trigger = excluded.trigger, after_seconds = excluded.after_seconds,
     args = excluded.args, kwargs = excluded.kwargs, queue = excluded.queue,
@@ -40,10 +42,14 @@ ON CONFLICT (name) DO UPDATE SET
     max_fires = excluded.max_fires, source = excluded.source, spec_hash = excluded.spec_hash,
     paused = excluded.paused, enabled = 1, next_fire_at = excluded.next_fire_at,
     updated_at = excluded.updated_at
+WHERE jobs.namespace = excluded.namespace
 """
+# Names are unique per store: which namespace holds a name (a replace never moves a job).
+JOB_NAMESPACE = "SELECT namespace FROM jobs WHERE name = ?"
 
 
-# ``jobs.add``: the name must be new, decided by the insert itself.
+# ``jobs.add``: the name must be new, decided by the insert itself. A replace of a job of another
+# namespace changes nothing (the upsert's WHERE) and is refused as a conflict.
 INSERT_JOB = UPSERT_JOB[: UPSERT_JOB.index("ON CONFLICT")] + "ON CONFLICT (name) DO NOTHING"
 
 

@@ -18,7 +18,7 @@ from ...model import ClaimedRun, ClaimRequest, Outcome
 from ...states import AttemptOutcome, RunState
 from ..fencing import EndedAttempt, new_fence, settle
 from ..logic import finish, holds_cancelling, lease_lost, overlap_decisions, wakeups
-from ..ports import HeldAttempt
+from ..ports import Beat, HeldAttempt
 from . import sql as q
 from .connection import Connected
 from .jobs import jobs_runs_ended
@@ -114,6 +114,7 @@ class SqliteLeases(Connected):
             rows = conn.execute(
                 q.SELECT_READY,
                 {
+                    "namespace": request.namespace,
                     "queue": share.name,
                     "worker": request.worker_id,
                     "limit": share.limit,
@@ -131,6 +132,7 @@ class SqliteLeases(Connected):
                 conn.execute(
                     q.SELECT_READY,
                     {
+                        "namespace": request.namespace,
                         "queue": share.name,
                         "worker": request.worker_id,
                         "limit": left,
@@ -179,9 +181,15 @@ class SqliteLeases(Connected):
         self, worker_id: str, now: float, lease_seconds: float
     ) -> list[HeldAttempt]:
         """Renew every lease the worker holds, in one statement."""
+        return (await self.beat(worker_id, now, lease_seconds)).held
+
+    async def beat(self, worker_id: str, now: float, lease_seconds: float) -> Beat:
+        """Renew every lease the worker holds; read whether it was asked to drain."""
         expires = now + lease_seconds
-        rows = await self._transact(_beat, worker_id, now, expires, durable=False, inline="write")
-        return [
+        rows, drain = await self._transact(
+            _beat, worker_id, now, expires, durable=False, inline="write"
+        )
+        held = [
             HeldAttempt(
                 run_id=r[0],
                 attempt_id=r[1],
@@ -190,6 +198,7 @@ class SqliteLeases(Connected):
             )
             for r in rows
         ]
+        return Beat(held=held, drain_requested=drain)
 
     async def reap(self, now: float, max_lost: int) -> list[int]:
         """Requeue the runs of expired leases; a run lost ``max_lost`` times becomes dead."""
@@ -238,11 +247,14 @@ def _settle(conn: sqlite3.Connection, outcomes: Sequence[Outcome], done: list[bo
     return settle(list(outcomes), done, ended)
 
 
-def _beat(conn: sqlite3.Connection, worker_id: str, now: float, expires: float) -> list[Row]:
-    """Renew the worker's leases and registry entry; the attempts it holds."""
+def _beat(
+    conn: sqlite3.Connection, worker_id: str, now: float, expires: float
+) -> tuple[list[Row], bool]:
+    """Renew the worker's leases and registry entry; the attempts it holds, and whether it was
+    asked to drain (an unregistered worker was not)."""
     rows = conn.execute(q.RENEW_LEASES, {"expires": expires, "worker": worker_id}).fetchall()
-    conn.execute(q.WORKER_SEEN, {"now": now, "worker": worker_id})
-    return rows
+    seen = conn.execute(q.WORKER_SEEN, {"now": now, "worker": worker_id}).fetchone()
+    return rows, bool(seen[0]) if seen is not None else False
 
 
 def _reap(conn: sqlite3.Connection, now: float, max_lost: int, nudges: set[str]) -> list[int]:

@@ -12,6 +12,7 @@ from ...model import Attempt, Deferred, NewRun, Run, RunFilter
 from ...states import RunEvent, RunState, sources, sql_match
 from ..logic import cancel_state, wakeups
 from ..rows import attempt_from_row, run_from_row
+from . import listing
 from . import sql as q
 from .connection import Connected, Inline
 from .jobs import jobs_runs_ended
@@ -28,17 +29,21 @@ _SCHEDULED = sql_match("state", sources(RunEvent.DUE))
 # found through runs_due; a claim promotes them, so there are few.
 READY_QUEUES = f"""
 WITH RECURSIVE ready(queue) AS (
-    SELECT (SELECT min(queue) FROM runs INDEXED BY runs_ready WHERE {_QUEUED})
+    SELECT (SELECT min(queue) FROM runs INDEXED BY runs_ready
+            WHERE {_QUEUED} AND namespace = :namespace)
     UNION ALL
     SELECT (SELECT min(queue) FROM runs INDEXED BY runs_ready
-            WHERE {_QUEUED} AND queue > ready.queue)
+            WHERE {_QUEUED} AND namespace = :namespace AND queue > ready.queue)
     FROM ready WHERE ready.queue IS NOT NULL
 )
 SELECT queue FROM ready WHERE queue IS NOT NULL
 UNION
-SELECT queue FROM runs INDEXED BY runs_due WHERE {_SCHEDULED} AND eta <= :now
+SELECT queue FROM runs INDEXED BY runs_due
+WHERE {_SCHEDULED} AND eta <= :now AND namespace = :namespace
 """
-NEXT_ETA_ANY = f"SELECT min(eta) FROM runs INDEXED BY runs_due WHERE {_SCHEDULED}"
+NEXT_ETA_ANY = f"""
+SELECT min(eta) FROM runs INDEXED BY runs_due WHERE {_SCHEDULED} AND namespace = ?
+"""
 
 
 def _cancel(conn: sqlite3.Connection, run_id: int, now: float, nudges: set[str]) -> RunState:
@@ -101,27 +106,10 @@ class SqliteRuns(Connected):
         return [run_from_row(row) for row in rows]
 
     async def list_runs(self, filter: RunFilter) -> list[Run]:
-        """Runs matching ``filter``, newest first."""
-        where: list[str] = []
-        params: list[Any] = []
-        if filter.states:
-            where.append("r.state IN (SELECT value FROM json_each(?))")
-            params.append(json.dumps([s.value for s in filter.states]))
-        for column, value in (
-            ("r.task", filter.task),
-            ("r.queue", filter.queue),
-            ("r.job_id", filter.job_id),
-        ):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if filter.before_id is not None:
-            where.append("r.id < ?")
-            params.append(filter.before_id)
-        sql = q.LIST_RUNS + (" WHERE " + " AND ".join(where) if where else "")
-        sql += " ORDER BY r.id DESC LIMIT ?"
-        params.append(filter.limit)
-        rows = await self._rows(sql, params)
+        """Runs matching ``filter``, newest first (see :mod:`.listing`)."""
+        if filter.limit <= 0:
+            return []
+        rows = await self._call(listing.list_runs, self._db, filter)
         return [run_from_row(row) for row in rows]
 
     async def list_attempts(self, run_id: int) -> list[Attempt]:
@@ -129,20 +117,39 @@ class SqliteRuns(Connected):
         rows = await self._rows(q.LIST_ATTEMPTS, (run_id,))
         return [attempt_from_row(row) for row in rows]
 
-    async def count_runs(self) -> dict[RunState, int]:
-        """How many runs are in each state."""
-        rows = await self._rows(q.COUNT_RUNS)
+    async def count_runs(self, namespace: str | None = None) -> dict[RunState, int]:
+        """How many runs (of ``namespace``; None: of all) are in each state."""
+        if namespace is None:
+            rows = await self._rows(listing.COUNT_RUNS)
+        else:
+            rows = await self._rows(listing.COUNT_NAMESPACE_RUNS, (namespace,))
         return {RunState(state): count for state, count in rows}
 
-    async def next_eta(self, queues: Sequence[str] | None) -> float | None:
-        """When the next scheduled run of ``queues`` (None: of any queue) is due."""
+    async def runs_per_minute(
+        self, namespace: str | None, since: float, until: float
+    ) -> list[tuple[float, str, int]]:
+        """Runs that ended in ``[since, until)``, per minute and terminal state."""
+        return await self._call(listing.per_minute, self._db, namespace, since, until)
+
+    async def delete_runs(self, run_ids: Sequence[int], now: float) -> list[int]:
+        """Delete the ended runs among ``run_ids``, with their payloads and attempts."""
+        if not run_ids:
+            return []
+        return await self._transact(listing.delete_runs, run_ids)
+
+    async def next_eta(
+        self, queues: Sequence[str] | None, namespace: str = "default"
+    ) -> float | None:
+        """When the next scheduled run of ``namespace`` in ``queues`` (None: any) is due."""
         if queues is None:
-            row = await self._one(NEXT_ETA_ANY, inline="read")
+            row = await self._one(NEXT_ETA_ANY, (namespace,), inline="read")
         else:
-            row = await self._one(q.NEXT_ETA, (json.dumps(list(queues)),), inline="read")
+            params = (namespace, json.dumps(list(queues)))
+            row = await self._one(q.NEXT_ETA, params, inline="read")
         return None if row is None or row[0] is None else float(row[0])
 
-    async def ready_queues(self, now: float) -> list[str]:
-        """The queues holding runs a claim could take at ``now``, by name."""
-        rows = await self._rows(READY_QUEUES, {"now": now}, inline="read")
+    async def ready_queues(self, now: float, namespace: str = "default") -> list[str]:
+        """The queues holding runs of ``namespace`` a claim could take at ``now``, by name."""
+        params = {"now": now, "namespace": namespace}
+        rows = await self._rows(READY_QUEUES, params, inline="read")
         return sorted(row[0] for row in rows)

@@ -23,8 +23,8 @@ _REQ = _to(RunEvent.REQUEUE)
 INSERT_RUN = """
 INSERT INTO runs (task, queue, state, priority, lane, eta, max_attempts, timeout,
                   idempotency_key, target_worker, route_key, job_id, fire_at, concurrency_key,
-                  overlap, created_at, updated_at)
-VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  overlap, namespace, created_at, updated_at)
+VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 # Without a target, DO NOTHING covers every unique key: the idempotency key and (job, fire).
 INSERT_KEYED_RUN = INSERT_RUN + " ON CONFLICT DO NOTHING RETURNING id"
@@ -40,7 +40,7 @@ WHERE {sql_match("state", sources(RunEvent.DUE))} AND eta <= :now
 SELECT_READY = f"""
 SELECT id, attempts, used, task, queue, max_attempts, timeout, eta, concurrency_key, overlap
 FROM runs
-WHERE {_WAITING} AND queue = :queue
+WHERE {_WAITING} AND namespace = :namespace AND queue = :queue
   AND (target_worker IS NULL OR target_worker = :worker)
   AND NOT (overlap = '{Overlap.QUEUE.value}' AND concurrency_key IN (
         SELECT concurrency_key FROM runs INDEXED BY runs_active_key
@@ -102,7 +102,9 @@ UPDATE runs SET lease_expires = :expires
 WHERE lease_owner = :worker AND state IN {sql_in(ACTIVE)}
 RETURNING id, attempt_id, state, fence
 """
-WORKER_SEEN = "UPDATE workers SET heartbeat_at = :now WHERE id = :worker"
+WORKER_SEEN = """
+UPDATE workers SET heartbeat_at = :now WHERE id = :worker RETURNING drain_requested
+"""
 
 EXPIRED = f"""
 SELECT id, attempt_id, state, lost, eta, job_id FROM runs INDEXED BY runs_leases
@@ -126,36 +128,52 @@ WHERE id IN (SELECT value FROM json_each(:ids))
   AND state IN {sql_in(sources(RunEvent.REQUEUE))}
 RETURNING id
 """
-REQUEUE_ALL_DEAD = f"""
-UPDATE runs SET state = {_REQ}, lane = 0, used = 0, lost = 0, eta = :now, updated_at = :now,
-    finished_at = NULL
-WHERE {sql_match("state", [RunState.DEAD])}
+# A loose index scan: each step seeks the next namespace name, so the cost grows with the number
+# of namespaces, not of runs (SELECT DISTINCT would walk the whole index).
+_NAMESPACES = """
+WITH RECURSIVE spaces(name) AS (
+    SELECT (SELECT min(namespace) FROM runs INDEXED BY runs_by_namespace)
+    UNION ALL
+    SELECT (SELECT min(namespace) FROM runs INDEXED BY runs_by_namespace
+            WHERE namespace > spaces.name)
+    FROM spaces WHERE spaces.name IS NOT NULL
+)
+"""
+RUN_NAMESPACES = _NAMESPACES + "SELECT name FROM spaces WHERE name IS NOT NULL"
+# Every dead run, found per namespace through runs_by_state (namespace, state, id).
+REQUEUE_ALL_DEAD = f"""{_NAMESPACES}
+UPDATE runs INDEXED BY runs_by_state SET state = {_REQ}, lane = 0, used = 0, lost = 0,
+    eta = :now, updated_at = :now, finished_at = NULL
+WHERE namespace IN (SELECT name FROM spaces WHERE name IS NOT NULL)
+  AND {sql_match("state", [RunState.DEAD])}
 RETURNING id
 """
 
 GET_RUN = f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id = ?"
 GET_RUNS = f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id IN (SELECT value FROM json_each(?))"
-LIST_RUNS = f"SELECT {RUN_COLUMNS} {RUN_FROM}"
 LIST_ATTEMPTS = """
 SELECT id, run_id, number, worker_id, started_at, finished_at, outcome, result, error_type,
        error_message, traceback, logs
 FROM attempts WHERE run_id = ? ORDER BY id
 """
-COUNT_RUNS = "SELECT state, count(*) FROM runs GROUP BY state"
 NEXT_ETA = f"""
 SELECT min(eta) FROM runs INDEXED BY runs_due
-WHERE {sql_match("state", sources(RunEvent.DUE))} AND queue IN (SELECT value FROM json_each(?))
+WHERE {sql_match("state", sources(RunEvent.DUE))} AND namespace = ?
+  AND queue IN (SELECT value FROM json_each(?))
 """
 
 UPSERT_WORKER = """
 INSERT INTO workers (id, host, pid, queues, labels, concurrency, version, started_at,
-                     heartbeat_at, state)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                     heartbeat_at, state, namespace, tasks, drain_requested)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
     queues = excluded.queues, labels = excluded.labels, concurrency = excluded.concurrency,
     version = excluded.version, started_at = excluded.started_at,
-    heartbeat_at = excluded.heartbeat_at, state = excluded.state
+    heartbeat_at = excluded.heartbeat_at, state = excluded.state,
+    namespace = excluded.namespace, tasks = excluded.tasks,
+    drain_requested = excluded.drain_requested
 """
+REQUEST_DRAIN = "UPDATE workers SET drain_requested = 1 WHERE id = ?"
 SET_WORKER_STATE = "UPDATE workers SET state = ?, heartbeat_at = ? WHERE id = ?"
 # A worker that still owns a run keeps its row until the reaper has taken the run back.
 PRUNE_WORKERS = f"""
@@ -165,10 +183,14 @@ AND NOT EXISTS (
 )
 RETURNING id
 """
-LIST_WORKERS = """
-SELECT id, host, pid, queues, labels, concurrency, version, started_at, heartbeat_at, state
-FROM workers ORDER BY started_at DESC
-"""
+_WORKER_COLUMNS = """
+SELECT id, host, pid, queues, labels, concurrency, version, started_at, heartbeat_at, state,
+    namespace, tasks, drain_requested
+FROM workers"""
+LIST_WORKERS = f"{_WORKER_COLUMNS} ORDER BY started_at DESC"
+LIST_NAMESPACE_WORKERS = f"{_WORKER_COLUMNS} WHERE namespace = ? ORDER BY started_at DESC"
+GET_WORKER = f"{_WORKER_COLUMNS} WHERE id = ?"
+WORKER_RUNS = f"SELECT id FROM runs WHERE lease_owner = ? AND state IN {sql_in(ACTIVE)}"
 RUNNING_BY_OWNER = f"SELECT lease_owner, id FROM runs WHERE state IN {sql_in(ACTIVE)}"
 
 REGISTER_WAKEUP = """

@@ -28,7 +28,12 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import DeliveryNotFoundError, InvalidArgumentError, SubscriptionNotFoundError
+from ...errors import (
+    ConflictError,
+    DeliveryNotFoundError,
+    InvalidArgumentError,
+    SubscriptionNotFoundError,
+)
 from ...events.records import (
     Delivery,
     DeliveryAttempt,
@@ -179,9 +184,19 @@ def _put_subscription(
         inserted = conn.execute(q.CREATE_SUBSCRIPTION, params).rowcount
         if not inserted:
             return created_or_same(get_subscription(conn, spec.name), spec)
-    else:
-        conn.execute(q.UPSERT_SUBSCRIPTION, params)
+    elif conn.execute(q.UPSERT_SUBSCRIPTION, params).rowcount == 0:
+        (owner,) = conn.execute(q.SUBSCRIPTION_NAMESPACE, (spec.name,)).fetchone()
+        raise ConflictError(f"subscription {spec.name!r} belongs to namespace {owner!r}")
     return get_subscription(conn, spec.name)
+
+
+def _delete_deliveries(conn: sqlite3.Connection, delivery_ids: Sequence[int]) -> list[int]:
+    ids = sorted(r[0] for r in conn.execute(q.DEAD_DELIVERIES, (json.dumps(list(delivery_ids)),)))
+    if ids:
+        doomed = json.dumps(ids)
+        conn.execute(q.DELETE_DELIVERY_ATTEMPTS, (doomed,))
+        conn.execute(q.DELETE_DELIVERIES, (doomed,))
+    return ids
 
 
 def _updated(conn: sqlite3.Connection, sql: str, params: Any, name: str) -> Subscription:
@@ -230,12 +245,11 @@ class SqliteSubscriptions(Connected):
         """One subscription, or :class:`~cronbus.errors.SubscriptionNotFoundError`."""
         return await self._call(get_subscription, self._db, name, inline="read")
 
-    async def list_subscriptions(self, topic: str | None = None) -> list[Subscription]:
-        """Every subscription (of ``topic``), by name."""
-        if topic is None:
-            rows = await self._rows(q.LIST_SUBSCRIPTIONS)
-        else:
-            rows = await self._rows(q.LIST_TOPIC_SUBSCRIPTIONS, (topic,))
+    async def list_subscriptions(
+        self, topic: str | None = None, namespace: str | None = None
+    ) -> list[Subscription]:
+        """Every subscription (of ``topic``, of ``namespace``), by name."""
+        rows = await self._rows(q.LIST_SUBSCRIPTIONS, {"topic": topic, "namespace": namespace})
         return [subscription_from_row(row) for row in rows]
 
     async def set_subscription_paused(
@@ -365,3 +379,9 @@ class SqliteSubscriptions(Connected):
         if ids:
             await self.notify([EVENTS_CHANNEL])
         return ids
+
+    async def delete_deliveries(self, delivery_ids: Sequence[int]) -> list[int]:
+        """Delete the dead deliveries among ``delivery_ids`` with their attempts (a purge)."""
+        if not delivery_ids:
+            return []
+        return await self._transact(_delete_deliveries, delivery_ids)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 
+from ...errors import WorkerNotFoundError
 from ...model import WorkerInfo, WorkerState
 from ..logic import worker_state
 from . import sql as q
@@ -28,6 +30,9 @@ class SqliteWorkers(Connected):
             worker.started_at,
             worker.heartbeat_at,
             worker.state.value,
+            worker.namespace,
+            json.dumps(list(worker.tasks)),
+            int(worker.drain_requested),
         )
         await self._transact(execute, q.UPSERT_WORKER, row, durable=False)
 
@@ -41,33 +46,62 @@ class SqliteWorkers(Connected):
         rows = await self._transact(fetch_all, q.PRUNE_WORKERS, (silent_since,), durable=False)
         return [row[0] for row in rows]
 
-    async def list_workers(self, now: float, lease_seconds: float) -> list[WorkerInfo]:
-        """Registered workers, with their running runs; silent ones are reported lost."""
-        rows, running = await self._call(_workers_and_runs, self._db)
+    async def list_workers(
+        self, now: float, lease_seconds: float, namespace: str | None = None
+    ) -> list[WorkerInfo]:
+        """Registered workers (of ``namespace``), with their running runs; silent ones are
+        reported lost."""
+        rows, running = await self._call(_workers_and_runs, self._db, namespace)
         by_owner: dict[str, list[int]] = {}
         for owner, run_id in running:
             by_owner.setdefault(owner, []).append(run_id)
-        workers = []
-        for row in rows:
-            state = worker_state(WorkerState(row[9]), row[8], now - lease_seconds)
-            workers.append(
-                WorkerInfo(
-                    id=row[0],
-                    host=row[1],
-                    pid=row[2],
-                    queues=tuple(json.loads(row[3])),
-                    labels=tuple(json.loads(row[4])),
-                    concurrency=row[5],
-                    version=row[6],
-                    started_at=row[7],
-                    heartbeat_at=row[8],
-                    state=state,
-                    running=tuple(sorted(by_owner.get(row[0], ()))),
-                )
-            )
-        return workers
+        silent_since = now - lease_seconds
+        return [_worker(row, by_owner.get(row[0], ()), silent_since) for row in rows]
+
+    async def request_drain(self, worker_id: str, now: float) -> WorkerInfo:
+        """Ask a worker to drain on its next heartbeat; its entry as it now stands."""
+        row, running = await self._transact(_request_drain, worker_id, durable=False)
+        return _worker(row, running, None)
 
 
-def _workers_and_runs(conn: sqlite3.Connection) -> tuple[list[Row], list[Row]]:
+def _worker(row: Row, running: Sequence[int], silent_since: float | None) -> WorkerInfo:
+    """A registry row of ``LIST_WORKERS``, with the runs it holds; a worker silent since before
+    ``silent_since`` is reported lost (None: its state as stored)."""
+    state = WorkerState(row[9])
+    if silent_since is not None:
+        state = worker_state(state, row[8], silent_since)
+    return WorkerInfo(
+        id=row[0],
+        host=row[1],
+        pid=row[2],
+        queues=tuple(json.loads(row[3])),
+        labels=tuple(json.loads(row[4])),
+        concurrency=row[5],
+        version=row[6],
+        started_at=row[7],
+        heartbeat_at=row[8],
+        state=state,
+        running=tuple(sorted(running)),
+        namespace=row[10],
+        tasks=tuple(json.loads(row[11])),
+        drain_requested=bool(row[12]),
+    )
+
+
+def _request_drain(conn: sqlite3.Connection, worker_id: str) -> tuple[Row, list[int]]:
+    if conn.execute(q.REQUEST_DRAIN, (worker_id,)).rowcount == 0:
+        raise WorkerNotFoundError(f"no worker has id {worker_id!r}")
+    row = conn.execute(q.GET_WORKER, (worker_id,)).fetchone()
+    running = [r[0] for r in conn.execute(q.WORKER_RUNS, (worker_id,))]
+    return row, running
+
+
+def _workers_and_runs(
+    conn: sqlite3.Connection, namespace: str | None
+) -> tuple[list[Row], list[Row]]:
     """The registry's rows, and (owner, run id) of every run held, read together."""
-    return conn.execute(q.LIST_WORKERS).fetchall(), conn.execute(q.RUNNING_BY_OWNER).fetchall()
+    if namespace is None:
+        workers = conn.execute(q.LIST_WORKERS).fetchall()
+    else:
+        workers = conn.execute(q.LIST_NAMESPACE_WORKERS, (namespace,)).fetchall()
+    return workers, conn.execute(q.RUNNING_BY_OWNER).fetchall()

@@ -1,0 +1,70 @@
+"""Run listings, counts and purges of the PostgreSQL store, by namespace.
+
+A listing is newest first with a keyset (``id < before_id``), never an offset: each
+(namespace, state) range is an index range of 0006 that ends in the run id, read backwards and
+stopped at the page size, so a page deep in the listing costs what the first one does. Several
+ranges (every namespace, several states) are one statement: a ``UNION ALL`` of bounded ranges
+(PostgreSQL cannot read ``state = ANY(...)`` in id order through one index), sorted at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ...model import RunFilter
+from ...states import TERMINAL, sql_in
+from ..logic import listing_arms
+from .sql import RUN_COLUMNS, RUN_FROM, RUN_NAMESPACES
+
+COUNT_RUNS = "SELECT state, count(*) FROM runs GROUP BY state"
+COUNT_NAMESPACE_RUNS = "SELECT state, count(*) FROM runs WHERE namespace = %s GROUP BY state"
+# Through runs_finished (namespace, finished_at, state), one range per namespace, from the index
+# alone; every namespace is found by the loose scan of RUN_NAMESPACES.
+PER_MINUTE = f"""
+SELECT floor(finished_at / 60) * 60 AS minute, state, count(*)
+FROM runs
+WHERE namespace = ANY(coalesce(%(spaces)b::text[], ARRAY({RUN_NAMESPACES})))
+  AND finished_at >= %(since)s AND finished_at < %(until)s AND state IN {sql_in(TERMINAL)}
+GROUP BY 1, 2 ORDER BY 1, 2
+"""
+DELETE_RUNS = f"""
+WITH doomed AS (
+    DELETE FROM runs WHERE id = ANY(%(ids)b::bigint[]) AND state IN {sql_in(TERMINAL)}
+    RETURNING id
+),
+payloads AS (DELETE FROM run_payloads WHERE run_id IN (SELECT id FROM doomed)),
+attempts AS (DELETE FROM attempts WHERE run_id IN (SELECT id FROM doomed))
+SELECT id FROM doomed ORDER BY id
+"""
+_FILTERS = (
+    ("task", "r.task = %s"),
+    ("queue", "r.queue = %s"),
+    ("job_id", "r.job_id = %s"),
+    ("before_id", "r.id < %s"),
+    ("created_after", "r.created_at >= %s"),
+    ("created_before", "r.created_at < %s"),
+)
+
+
+def listing_query(filter: RunFilter, namespaces: Sequence[str]) -> tuple[str, list[Any]]:
+    """The statement of a listing and its parameters: one range per (namespace, state)."""
+    shared = [(clause, getattr(filter, name)) for name, clause in _FILTERS]
+    given = [(clause, value) for clause, value in shared if value is not None]
+    arms: list[str] = []
+    params: list[Any] = []
+    for namespace, state in listing_arms(filter, namespaces):
+        clauses = ["r.namespace = %s", *(["r.state = %s"] if state is not None else [])]
+        clauses.extend(clause for clause, _ in given)
+        params.extend([namespace, *([state] if state is not None else [])])
+        params.extend(value for _, value in given)
+        params.append(filter.limit)
+        arms.append(
+            f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE {' AND '.join(clauses)} "
+            "ORDER BY r.id DESC LIMIT %s"
+        )
+    if len(arms) == 1:
+        return arms[0], params
+    union = " UNION ALL ".join(f"({arm})" for arm in arms)
+    params.append(filter.limit)
+    return f"{union} ORDER BY 1 DESC LIMIT %s", params

@@ -1,0 +1,104 @@
+"""Run listings, counts and purges of the SQLite store, by namespace.
+
+A listing is newest first with a keyset (``id < before_id``), never an offset: each
+(namespace, state) range is read through one index that ends in the run id (0006), named with
+``INDEXED BY`` so the plan cannot drift to a scan and a sort; a page deep in the listing costs
+what the first one does. Several ranges (every namespace, several states) are read one by one
+and merged, each bounded by the page size.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from ...model import RunFilter
+from ...states import TERMINAL, sql_in
+from ..logic import listing_arms, listing_index
+from ..rows import RUN_COLUMNS, RUN_FROM
+from .rows import Row
+from .sql import RUN_NAMESPACES
+
+COUNT_RUNS = "SELECT state, count(*) FROM runs GROUP BY state"
+COUNT_NAMESPACE_RUNS = """
+SELECT state, count(*) FROM runs INDEXED BY runs_by_state WHERE namespace = ? GROUP BY state
+"""
+# Through runs_finished (namespace, finished_at, state): the window's entries only, read from
+# the index alone. CAST truncates, which is the floor for epoch times (positive).
+PER_MINUTE = f"""
+SELECT CAST(finished_at / 60 AS INTEGER) * 60 AS minute, state, count(*)
+FROM runs INDEXED BY runs_finished
+WHERE namespace IN (SELECT value FROM json_each(:spaces)) AND finished_at IS NOT NULL
+  AND finished_at >= :since AND finished_at < :until AND state IN {sql_in(TERMINAL)}
+GROUP BY minute, state ORDER BY minute, state
+"""
+_DOOMED = f"""
+SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(?)) AND state IN {sql_in(TERMINAL)}
+"""
+DELETE_RUNS = "DELETE FROM runs WHERE id IN (SELECT value FROM json_each(?))"
+DELETE_PAYLOADS = "DELETE FROM run_payloads WHERE run_id IN (SELECT value FROM json_each(?))"
+DELETE_ATTEMPTS = "DELETE FROM attempts WHERE run_id IN (SELECT value FROM json_each(?))"
+
+
+def run_namespaces(conn: sqlite3.Connection) -> list[str]:
+    """The namespaces that have runs, by name."""
+    return [row[0] for row in conn.execute(RUN_NAMESPACES)]
+
+
+def list_runs(conn: sqlite3.Connection, filter: RunFilter) -> list[Row]:
+    """The rows of a listing: one bounded range per (namespace, state), merged newest first."""
+    spaces = [filter.namespace] if filter.namespace is not None else run_namespaces(conn)
+    arms = listing_arms(filter, spaces)
+    where, common = _common(filter)
+    source = RUN_FROM.replace("FROM runs r", f"FROM runs r INDEXED BY {listing_index(filter)}")
+    rows: list[Row] = []
+    for namespace, state in arms:
+        clauses = ["r.namespace = ?", *(["r.state = ?"] if state is not None else []), *where]
+        params = [namespace, *([state] if state is not None else []), *common, filter.limit]
+        sql = (
+            f"SELECT {RUN_COLUMNS} {source} WHERE {' AND '.join(clauses)} "
+            "ORDER BY r.id DESC LIMIT ?"
+        )
+        rows.extend(conn.execute(sql, params).fetchall())
+    if len(arms) > 1:
+        rows.sort(key=lambda row: row[0], reverse=True)
+    return rows[: filter.limit]
+
+
+def _common(filter: RunFilter) -> tuple[list[str], list[Any]]:
+    """The conditions every range of a listing shares, with their parameters."""
+    where: list[str] = []
+    params: list[Any] = []
+    for clause, value in (
+        ("r.task = ?", filter.task),
+        ("r.queue = ?", filter.queue),
+        ("r.job_id = ?", filter.job_id),
+        ("r.id < ?", filter.before_id),
+        ("r.created_at >= ?", filter.created_after),
+        ("r.created_at < ?", filter.created_before),
+    ):
+        if value is not None:
+            where.append(clause)
+            params.append(value)
+    return where, params
+
+
+def per_minute(
+    conn: sqlite3.Connection, namespace: str | None, since: float, until: float
+) -> list[tuple[float, str, int]]:
+    """Ended runs per minute and terminal state, in ``[since, until)``."""
+    spaces = [namespace] if namespace is not None else run_namespaces(conn)
+    params = {"spaces": json.dumps(spaces), "since": since, "until": until}
+    return [(float(m), state, n) for m, state, n in conn.execute(PER_MINUTE, params)]
+
+
+def delete_runs(conn: sqlite3.Connection, run_ids: Sequence[int]) -> list[int]:
+    """Delete the ended runs among ``run_ids`` with their payloads and attempts."""
+    ids = sorted(row[0] for row in conn.execute(_DOOMED, (json.dumps(list(run_ids)),)))
+    if ids:
+        doomed = json.dumps(ids)
+        for sql in (DELETE_ATTEMPTS, DELETE_PAYLOADS, DELETE_RUNS):
+            conn.execute(sql, (doomed,))
+    return ids

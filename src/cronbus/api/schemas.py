@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, create_model
 
+from ..admin_records import TokenRecord
 from ..events.records import DeliveryPolicy
 from ..job_specs import JobOptions
-from ..services.views import EventInput
+from ..services.views import EventInput, SubscriptionInput
 
 FORBID = ConfigDict(extra="forbid")
 
@@ -33,6 +34,7 @@ def record_model(
     required: dict[str, tuple[Any, Any]] | None = None,
     partial: bool = False,
     exclude: typing.Collection[str] = (),
+    config: ConfigDict = FORBID,
 ) -> type[BaseModel]:
     """A pydantic model of ``record``'s fields (a dataclass), plus ``required`` ones first.
 
@@ -53,7 +55,7 @@ def record_model(
             definitions[item.name] = (kind, item.default_factory())
         else:
             definitions[item.name] = (kind, ...)
-    model: type[BaseModel] = create_model(name, __config__=FORBID, __doc__=doc, **definitions)
+    model: type[BaseModel] = create_model(name, __config__=config, __doc__=doc, **definitions)
     return model
 
 
@@ -70,6 +72,15 @@ if TYPE_CHECKING:
 
     class PolicyChanges(BaseModel):
         """Changes to a delivery policy."""
+
+    class SubscriptionCreate(BaseModel):
+        """A new subscription."""
+
+    class SubscriptionChanges(BaseModel):
+        """Changes to a subscription."""
+
+    class TokenOut(BaseModel):
+        """A token as listed."""
 
     class EventBody(BaseModel):
         """An event to publish."""
@@ -101,6 +112,28 @@ else:
         doc="A subscription's delivery policy, or the part of it to change.",
         partial=True,
     )
+    SubscriptionCreate = record_model(
+        "SubscriptionCreate",
+        SubscriptionInput,
+        doc="A new subscription: a name, a topic, one target (webhook URL or task), filters, "
+        "where its cursor starts and delivery options.",
+    )
+    SubscriptionChanges = record_model(
+        "SubscriptionChanges",
+        SubscriptionInput,
+        doc="Changes to a subscription: its filter, its target (given whole) or delivery "
+        "options; what is not given stays, and so does its cursor.",
+        partial=True,
+        exclude={"name", "topic", "start", "replace_existing"},
+    )
+    TokenOut = record_model(
+        "Token",
+        TokenRecord,
+        doc="An API token as stored, without its text or its hash (neither is ever shown "
+        "again after creation).",
+        exclude={"hash"},
+        config=ConfigDict(from_attributes=True),
+    )
     EventBody = record_model(
         "EventBody",
         EventInput,
@@ -124,6 +157,11 @@ def job_options(body: BaseModel) -> JobOptions:
 def event_input(body: BaseModel) -> EventInput:
     """The :class:`EventInput` an :class:`EventBody` gives."""
     return EventInput(**body.model_dump(exclude_unset=True))
+
+
+def subscription_input(body: BaseModel) -> SubscriptionInput:
+    """The :class:`SubscriptionInput` a :class:`SubscriptionCreate` body gives."""
+    return SubscriptionInput(**body.model_dump(exclude_unset=True))
 
 
 def changes(body: BaseModel) -> dict[str, Any]:

@@ -7,10 +7,26 @@ from fastapi import APIRouter
 from .dead_letters import dead_letters
 from .health import router as health
 from .jobs import jobs
+from .observing import audit, stats
 from .runs import runs
+from .subscriptions import subscriptions
 from .tasks import tasks
+from .tokens import namespaces, tokens
 from .topics import topics
 from .workers import workers
 
-ROUTERS: tuple[APIRouter, ...] = (health, tasks, jobs, runs, dead_letters, workers, topics)
+ROUTERS: tuple[APIRouter, ...] = (
+    health,
+    tasks,
+    jobs,
+    runs,
+    dead_letters,
+    workers,
+    topics,
+    subscriptions,
+    stats,
+    audit,
+    tokens,
+    namespaces,
+)
 """Every router, in the order the OpenAPI document lists them."""

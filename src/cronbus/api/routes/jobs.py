@@ -50,38 +50,20 @@ async def create_job(body: JobCreate, response: Response, services: Caller) -> J
     return job
 
 
-@jobs.get("/jobs/{name}", summary="Show a job", responses=responses(404))
-async def get_job(name: Name, services: Caller) -> Job:
-    """One job with where its schedule stands."""
-    return await services.jobs.get(name)
-
-
-@jobs.patch("/jobs/{name}", summary="Change a job", responses=responses(404, 409))
-async def update_job(name: Name, body: JobChanges, services: Caller, force: Force = False) -> Job:
-    """Change the options given (the others stay); a new trigger is given whole."""
-    return await services.jobs.update(name, changes(body), force=force)
-
-
-@jobs.delete("/jobs/{name}", summary="Delete a job", responses=responses(404, 409))
-async def delete_job(name: Name, services: Caller, force: Force = False) -> Job:
-    """Delete a job (its runs stay); returns it as it was."""
-    return await services.jobs.delete(name, force=force)
-
-
-@jobs.post("/jobs/{name}/pause", summary="Pause a job", responses=responses(404))
+@jobs.post("/jobs/{name:path}/pause", summary="Pause a job", responses=responses(404))
 async def pause_job(name: Name, services: Caller) -> Job:
     """Stop the job from firing until it is resumed."""
     return await services.jobs.pause(name)
 
 
-@jobs.post("/jobs/{name}/resume", summary="Resume a job", responses=responses(404))
+@jobs.post("/jobs/{name:path}/resume", summary="Resume a job", responses=responses(404))
 async def resume_job(name: Name, services: Caller) -> Job:
     """Let a paused job fire again, from its first fire after now."""
     return await services.jobs.resume(name)
 
 
 @jobs.post(
-    "/jobs/{name}/trigger", summary="Run a job now", status_code=201, responses=responses(404)
+    "/jobs/{name:path}/trigger", summary="Run a job now", status_code=201, responses=responses(404)
 )
 async def trigger_job(name: Name, response: Response, services: Caller) -> Run:
     """Fire the job once now, outside its schedule; returns the new run."""
@@ -90,7 +72,7 @@ async def trigger_job(name: Name, response: Response, services: Caller) -> Run:
     return run
 
 
-@jobs.get("/jobs/{name}/next", summary="A job's next fire times", responses=responses(404))
+@jobs.get("/jobs/{name:path}/next", summary="A job's next fire times", responses=responses(404))
 async def next_fires(
     name: Name,
     services: Caller,
@@ -98,3 +80,23 @@ async def next_fires(
 ) -> NextFires:
     """The next fire times (epoch seconds); none for a paused or finished job."""
     return NextFires(name=name, fires=await services.jobs.next_fires(name, count))
+
+
+# Declared after the routes of a job's actions: a name may hold '/', so the plain
+# /jobs/{name} would otherwise also match /jobs/x/next.
+@jobs.get("/jobs/{name:path}", summary="Show a job", responses=responses(404))
+async def get_job(name: Name, services: Caller) -> Job:
+    """One job with where its schedule stands."""
+    return await services.jobs.get(name)
+
+
+@jobs.patch("/jobs/{name:path}", summary="Change a job", responses=responses(404, 409))
+async def update_job(name: Name, body: JobChanges, services: Caller, force: Force = False) -> Job:
+    """Change the options given (the others stay); a new trigger is given whole."""
+    return await services.jobs.update(name, changes(body), force=force)
+
+
+@jobs.delete("/jobs/{name:path}", summary="Delete a job", responses=responses(404, 409))
+async def delete_job(name: Name, services: Caller, force: Force = False) -> Job:
+    """Delete a job (its runs stay); returns it as it was."""
+    return await services.jobs.delete(name, force=force)

@@ -25,13 +25,18 @@ from typing import TYPE_CHECKING
 
 from ..validation import check_namespace
 from .access import LOCAL, Access, Scope
+from .audit import AuditService
 from .context import Context
 from .dead_letters import DeadLettersService
 from .jobs import JobsService
+from .namespaces import NamespacesService
+from .operations import OperationsService
 from .pages import Page
 from .runs import RunsService
+from .stats import Bucket, StatsService
 from .subscriptions import SubscriptionsService
 from .tasks import TasksService
+from .tokens import TokensService
 from .topics import TopicsService
 from .views import (
     DeadLetter,
@@ -58,6 +63,8 @@ if TYPE_CHECKING:
 __all__ = [
     "LOCAL",
     "Access",
+    "AuditService",
+    "Bucket",
     "DeadLetter",
     "DeadLetterKind",
     "DeadLetterResult",
@@ -66,6 +73,8 @@ __all__ = [
     "DeliveryDetail",
     "EventInput",
     "JobsService",
+    "NamespacesService",
+    "OperationsService",
     "Page",
     "PurgeResult",
     "ReplayResult",
@@ -75,11 +84,13 @@ __all__ = [
     "RunsService",
     "Scope",
     "Services",
+    "StatsService",
     "SubscriptionInput",
     "SubscriptionView",
     "SubscriptionsService",
     "TaskInfo",
     "TasksService",
+    "TokensService",
     "TopicsService",
     "WorkerView",
     "WorkersService",
@@ -114,6 +125,16 @@ class Services:
         deliveries, delivery."""
         self.tasks = TasksService(context)
         """Tasks: list (the app's and the live workers'), unserved hints."""
+        self.tokens = TokensService(context)
+        """API tokens (admin): create, list, get, revoke; authenticate (no access needed)."""
+        self.namespaces = NamespacesService(context)
+        """Namespaces: list and get (the caller's own); create, delete (admin)."""
+        self.audit = AuditService(context)
+        """The audit log: list (admin: all; others: their namespaces), record."""
+        self.operations = OperationsService(context)
+        """Bulk operations in the background: start, get, list, abort."""
+        self.stats = StatsService(context)
+        """Figures, cached a few seconds: counts by state, runs per minute."""
 
     def __repr__(self) -> str:
         return f"<Services actor={self.access.actor!r} namespace={self.namespace!r}>"

@@ -247,6 +247,7 @@ async def test_audit_filters_by_namespace(store: Store) -> None:
     assert [e.resource for e in await store.list_audit(["a", "c"])] == ["job-5", "job-4", "job-1"]
     assert [e.resource for e in await store.list_audit({"b"})] == ["job-2"]
     assert await store.list_audit("zzz") == []
+    assert await store.list_audit([]) == []
     page = await store.list_audit(["a", "b"], limit=2)
     assert [e.resource for e in page] == ["job-5", "job-2"]
     rest = await store.list_audit(["a", "b"], before_id=page[-1].id, limit=2)
@@ -423,3 +424,4 @@ async def test_operations_list_newest_first_by_namespace(store: Store) -> None:
     deeper = await store.list_operations("a", limit=2, before_id=ids[2])
     assert [o.id for o in deeper] == [ids[0]]
     assert await store.list_operations("zzz") == []
+    assert await store.list_operations(()) == []

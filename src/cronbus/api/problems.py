@@ -132,27 +132,49 @@ def cronbus_problem(exc: CronbusError, instance: str | None = None) -> ProblemRe
 
 
 def validation_problem(exc: RequestValidationError, instance: str | None = None) -> ProblemResponse:
-    """FastAPI's refusal of a request that does not fit its schema: 422 naming each field."""
-    errors = [
-        FieldProblem(field=field_name(error.get("loc", ())), message=str(error.get("msg", "")))
-        for error in exc.errors()
-    ]
+    """FastAPI's refusal of a request that does not fit its schema: 422 naming each field
+    (once: the complaints of each member of a union about one field are joined)."""
+    found: dict[str, list[str]] = {}
+    for error in exc.errors():
+        messages = found.setdefault(field_name(error.get("loc", ())), [])
+        message = str(error.get("msg", "")) or "invalid"
+        if message not in messages:
+            messages.append(message)
+    errors = [FieldProblem(field=f, message=" or ".join(m)) for f, m in found.items()]
     detail = "; ".join(f"{e.field}: {e.message}" for e in errors[:5]) or "invalid request"
     return problem(422, "invalid-argument", shorten(detail, 1000), instance=instance, errors=errors)
 
 
+_TYPE_TAGS = frozenset(
+    {"str", "int", "float", "bool", "bytes", "dict", "list", "tuple", "set", "none"}
+    | {"timedelta", "datetime", "date", "time", "decimal", "uuid", "url", "json"}
+)
+
+
+def _is_type_tag(part: str) -> bool:
+    """True for the parts of a pydantic location that name a member of a union, not a field:
+    ``float``, ``timedelta``, ``function-after[...]``, ``Misfire`` (field names are
+    snake_case)."""
+    return part in _TYPE_TAGS or "[" in part or "-" in part or part[:1].isupper()
+
+
 def field_name(loc: Sequence[Any]) -> str:
     """A pydantic error location as a field name: ``("body", "events", 2, "type")`` is
-    ``events[2].type``, ``("query", "limit")`` is ``limit``; a body that is not JSON is ``body``."""
+    ``events[2].type``, ``("query", "limit")`` is ``limit``, ``("body", "every", "float")``
+    is ``every``; a body that is not JSON is ``body``."""
     parts = list(loc)
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
         where = parts.pop(0)
         if where == "body" and (not parts or isinstance(parts[0], int)):
             return "body"  # the body as a whole (an int here is a JSON syntax error's position)
     name = ""
+    if parts and loc and loc[0] in ("query", "path", "header", "cookie"):
+        name = str(parts.pop(0))  # a parameter's name, hyphens and all
     for part in parts:
         if isinstance(part, int):
             name += f"[{part}]"
+        elif _is_type_tag(str(part)):
+            break  # what follows is about one member of a union, not a field
         else:
             name += ("." if name else "") + str(part)
     return name or "body"

@@ -8,6 +8,7 @@ from .dead_letters import dead_letters
 from .health import router as health
 from .jobs import jobs
 from .observing import audit, stats
+from .operations import operations
 from .runs import runs
 from .subscriptions import subscriptions
 from .tasks import tasks
@@ -24,6 +25,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     workers,
     topics,
     subscriptions,
+    operations,
     stats,
     audit,
     tokens,

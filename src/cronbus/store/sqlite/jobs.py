@@ -99,7 +99,8 @@ def jobs_runs_ended(
 
 def _put_job(conn: sqlite3.Connection, query: str, params: dict[str, Any], name: str) -> Job:
     if conn.execute(query, params).rowcount == 0:
-        _refuse_namespace(conn, params)
+        if query is jq.UPSERT_JOB:
+            _refuse_namespace(conn, params)
         raise JobExistsError(f"a job named {name!r} exists; use update")
     return get_job(conn, name)
 

@@ -39,6 +39,8 @@ _WORDS = {
     "task name": "task",
     "calendar name": "calendars",
     "exclude": "calendars",
+    "time zone": "tz",
+    "cron expression": "cron",
 }
 
 

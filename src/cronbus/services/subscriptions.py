@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import fields, replace
 from datetime import UTC, datetime
@@ -56,6 +57,7 @@ FILTER_FIELDS = ("types", "source", "subject", "data", "filter")
 """The changes that rebuild a subscription's filter."""
 TARGET_FIELDS = ("webhook", "secrets", "headers", "task", "queue")
 """The changes that rebuild a subscription's target."""
+_FILTER_PATH = re.compile(r"filter\.([A-Za-z_]+)(\S*?):")
 _CURSOR = {"n": str}
 _DELIVERY_CURSOR = {"b": int}
 _SCAN = 10_000
@@ -505,8 +507,16 @@ def _filter(
             raise InvalidArgumentError(f"filter must be an object, got {shorten(filter)}")
         return build_filter(types, source, subject, data, filter)
     except InvalidArgumentError as exc:
+        field = exc.field
+        # The filter compiler names the path at fault (filter.types[0]: ...); a key given as
+        # its own input (types=...) is named as that input.
+        path = _FILTER_PATH.match(str(exc))
+        if field is None and path is not None:
+            given = {"types": types, "source": source, "subject": subject, "data": data}
+            key, rest = path[1], path[2]
+            field = f"{key}{rest}" if given.get(key) is not None else f"filter.{key}{rest}"
         raise InvalidArgumentError(
-            str(exc), field=exc.field or guess_field(str(exc), _WORDS, "filter")
+            str(exc), field=field or guess_field(str(exc), _WORDS, "filter")
         ) from None
 
 

@@ -9,42 +9,23 @@ narrows it to one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import click
 
-from ..app import App
-from ..errors import DeliveryNotFoundError, RunNotFoundError
-from ..events.records import Delivery
-from ..events.states import DeliveryState
-from ..model import Run, RunFilter
-from ..states import RunState
+from ..services import DeadLetter, DeadLetterResult
 from . import render
-from .loading import CliError, CronbusGroup, app_options, resolve_app, run_with_app
+from .connect import AnyServices, Where, collect, run_services, where_options
+from .loading import CliError, CronbusGroup
 from .subs_render import delivery_json, first_line, table
 
+FC = TypeVar("FC", bound=Callable[..., Any])
 _json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document instead of a table."
 )
 _COLUMNS = ("KIND", "ID", "OF", "WHERE", "ATTEMPTS", "DIED (UTC)", "ERROR", "MESSAGE")
-
-
-@dataclass(frozen=True, slots=True)
-class Dead:
-    """A dead run or a dead delivery, as one row of the dead letter queue."""
-
-    run: Run | None = None
-    delivery: Delivery | None = None
-
-    @property
-    def died_at(self) -> float:
-        """When it was given up."""
-        if self.run is not None:
-            return self.run.finished_at or self.run.updated_at
-        assert self.delivery is not None
-        return self.delivery.updated_at
 
 
 @click.group(cls=CronbusGroup)
@@ -69,7 +50,7 @@ def dlq() -> None:
     show_default=True,
     help="Show at most this many dead letters, newest first.",
 )
-@app_options()
+@where_options()
 @_json_option
 def list_dead(
     kind: str | None,
@@ -77,24 +58,20 @@ def list_dead(
     queue: str | None,
     subscription: str | None,
     limit: int,
-    app_spec: str | None,
-    store_url: str | None,
+    where: Where,
     as_json: bool,
 ) -> None:
     """List dead runs and dead deliveries, newest first, with their last error."""
     runs, deliveries = _kinds(kind, task or queue, subscription)
-    wanted = RunFilter(states=(RunState.DEAD,), task=task, queue=queue, limit=limit)
+    chosen = "runs" if not deliveries else "deliveries" if not runs else None
 
-    async def read(app: App) -> list[Dead]:
-        found = [Dead(run=r) for r in await app.store.list_runs(wanted)] if runs else []
-        if deliveries:
-            if subscription is not None:
-                await app.subscriptions.get(subscription)  # unknown: an error, not nothing
-            dead = await app.subscriptions.deliveries(subscription, states=["dead"], limit=limit)
-            found += [Dead(delivery=d) for d in dead]
-        return sorted(found, key=lambda d: d.died_at, reverse=True)[:limit]
+    async def read(services: AnyServices) -> list[DeadLetter]:
+        return await collect(
+            lambda n, c: services.dead_letters.list(chosen, task, queue, subscription, n, c),
+            limit,
+        )
 
-    found = run_with_app(resolve_app(app_spec, store_url), read)
+    found = sorted(run_services(where, read), key=lambda d: d.died_at, reverse=True)
     if as_json:
         render.print_json([_dead_json(d) for d in found])
     elif not found:
@@ -115,14 +92,14 @@ def _kinds(kind: str | None, run_filter: str | None, subscription: str | None) -
     return (kind != "deliveries", kind != "runs")
 
 
-def _dead_json(dead: Dead) -> dict[str, Any]:
+def _dead_json(dead: DeadLetter) -> dict[str, Any]:
     if dead.run is not None:
         return {"kind": "run", **render.run_json(dead.run)}
     assert dead.delivery is not None
     return {"kind": "delivery", **delivery_json(dead.delivery)}
 
 
-def _print_dead(found: Sequence[Dead]) -> None:
+def _print_dead(found: Sequence[DeadLetter]) -> None:
     rows = table(*_COLUMNS, right=("ID", "ATTEMPTS"), wrap=("MESSAGE",))
     for dead in found:
         if dead.run is not None:
@@ -152,18 +129,38 @@ def _print_dead(found: Sequence[Dead]) -> None:
     render.console().print(rows)
 
 
-# -- requeue -------------------------------------------------------------------------------------
+# -- requeue and purge ---------------------------------------------------------------------------
+def _choice_options(verb: str) -> Callable[[FC], FC]:
+    """The options that choose dead letters: ids, --all, --deliveries, --all-deliveries."""
+
+    def decorate(fn: FC) -> FC:
+        for option in reversed(
+            (
+                click.argument("ids", metavar="[ID]...", nargs=-1, type=int),
+                click.option("--all", "every", is_flag=True, help=f"{verb} every dead run."),
+                click.option(
+                    "--deliveries",
+                    "of_deliveries",
+                    is_flag=True,
+                    help="The ids are delivery ids, not run ids.",
+                ),
+                click.option("--all-deliveries", is_flag=True, help=f"{verb} every dead delivery."),
+                click.option(
+                    "--subscription",
+                    metavar="NAME",
+                    help="With --all-deliveries: only this subscription's.",
+                ),
+            )
+        ):
+            fn = option(fn)
+        return fn
+
+    return decorate
+
+
 @dlq.command("requeue")
-@click.argument("ids", metavar="[ID]...", nargs=-1, type=int)
-@click.option("--all", "every", is_flag=True, help="Requeue every dead run.")
-@click.option(
-    "--deliveries", "of_deliveries", is_flag=True, help="The ids are delivery ids, not run ids."
-)
-@click.option("--all-deliveries", is_flag=True, help="Requeue every dead delivery.")
-@click.option(
-    "--subscription", metavar="NAME", help="With --all-deliveries: only this subscription's."
-)
-@app_options()
+@_choice_options("Requeue")
+@where_options()
 @_json_option
 def requeue_dead(
     ids: tuple[int, ...],
@@ -171,8 +168,7 @@ def requeue_dead(
     of_deliveries: bool,
     all_deliveries: bool,
     subscription: str | None,
-    app_spec: str | None,
-    store_url: str | None,
+    where: Where,
     as_json: bool,
 ) -> None:
     """Push dead letters again with a fresh retry budget.
@@ -181,68 +177,76 @@ def requeue_dead(
     --all-deliveries [--subscription NAME]. Prints how many were requeued; ids that are
     unknown or not dead are reported as an error (exit status 1) after the others are requeued.
     """
+    _handle("requeue", ids, every, of_deliveries, all_deliveries, subscription, where, as_json)
+
+
+@dlq.command("purge")
+@_choice_options("Delete")
+@click.option("--yes", is_flag=True, help="Do not ask (required when stdin is not a terminal).")
+@where_options()
+@_json_option
+def purge_dead(
+    ids: tuple[int, ...],
+    every: bool,
+    of_deliveries: bool,
+    all_deliveries: bool,
+    subscription: str | None,
+    yes: bool,
+    where: Where,
+    as_json: bool,
+) -> None:
+    """Delete dead letters for good: dead runs with their attempts, dead deliveries with theirs.
+
+    Chosen like requeue's (ids, --all, --deliveries ids, --all-deliveries). Asks first when
+    stdin is a terminal; elsewhere (scripts) --yes is required.
+    """
+    if not yes:
+        if not sys.stdin.isatty():
+            raise CliError("not purging dead letters without --yes (no terminal to ask)")
+        if not click.confirm("Delete these dead letters for good?", default=False):
+            raise CliError("nothing purged")
+    _handle("purge", ids, every, of_deliveries, all_deliveries, subscription, where, as_json)
+
+
+def _handle(
+    verb: str,
+    ids: tuple[int, ...],
+    every: bool,
+    of_deliveries: bool,
+    all_deliveries: bool,
+    subscription: str | None,
+    where: Where,
+    as_json: bool,
+) -> None:
+    """Requeue or purge the dead letters the options choose, and say what was done."""
     if of_deliveries and not ids:
         raise click.UsageError("--deliveries needs delivery ids")
     if sum((bool(ids), every, all_deliveries)) != 1:
         raise click.UsageError("give ids, --all or --all-deliveries (exactly one of the three)")
     if subscription is not None and not all_deliveries:
         raise click.UsageError("--subscription goes with --all-deliveries")
-    chosen = list(ids) if ids else None
-    app = resolve_app(app_spec, store_url)
     deliveries = all_deliveries or of_deliveries
-    if deliveries:
-        requeued, refused = run_with_app(
-            app, lambda a: _requeue_deliveries(a, chosen, subscription)
+    run_ids, delivery_ids = ((), ids) if deliveries else (ids, ())
+
+    async def act(services: AnyServices) -> DeadLetterResult:
+        dead = services.dead_letters
+        method = dead.requeue if verb == "requeue" else dead.purge
+        return await method(
+            run_ids,
+            delivery_ids,
+            all_runs=every,
+            all_deliveries=all_deliveries,
+            subscription=subscription,
         )
-    else:
-        requeued, refused = run_with_app(app, lambda a: _requeue_runs(a, chosen))
+
+    result = run_services(where, act)
+    done = result.deliveries if deliveries else result.runs
+    past = "requeued" if verb == "requeue" else "purged"
     if as_json:
-        render.print_json({"requeued": requeued, "count": len(requeued), "refused": refused})
+        render.print_json({past: done, "count": len(done), "refused": result.refused})
     elif not deliveries:
-        click.echo(f"requeued {len(requeued)} run{'' if len(requeued) == 1 else 's'}")
+        click.echo(f"{past} {len(done)} run{'' if len(done) == 1 else 's'}")
     else:
-        click.echo(f"requeued {len(requeued)} deliver{'y' if len(requeued) == 1 else 'ies'}")
-    if refused:
-        raise CliError("not requeued: " + "; ".join(refused))
-
-
-async def _requeue_runs(app: App, run_ids: list[int] | None) -> tuple[list[int], list[str]]:
-    """Requeue dead runs; named runs that are unknown or not dead are refused, with why."""
-    now = app.clock.now()
-    if run_ids is None:
-        return await app.store.requeue(None, now), []
-    # store.requeue also takes cancelled runs; the dead letter queue holds only dead ones.
-    found = {run.id: run for run in await app.store.get_runs(run_ids)}
-    dead = [i for i in run_ids if i in found and found[i].state is RunState.DEAD]
-    refused = [_refusal(i, found.get(i)) for i in dict.fromkeys(run_ids) if i not in dead]
-    return (await app.store.requeue(dead, now) if dead else []), refused
-
-
-def _refusal(run_id: int, run: Run | None) -> str:
-    if run is None:
-        return str(RunNotFoundError(f"no run has id {run_id}"))
-    return f"run {run_id} is {run.state}, not dead"
-
-
-async def _requeue_deliveries(
-    app: App, delivery_ids: list[int] | None, subscription: str | None
-) -> tuple[list[int], list[str]]:
-    """Requeue dead deliveries; named ones that are unknown or not dead are refused, with why."""
-    if subscription is not None:
-        await app.subscriptions.get(subscription)  # an unknown name is an error
-    requeued = await app.subscriptions.requeue(delivery_ids, subscription=subscription)
-    done = set(requeued)
-    refused = [
-        await _delivery_refusal(app, i) for i in dict.fromkeys(delivery_ids or []) if i not in done
-    ]
-    return requeued, refused
-
-
-async def _delivery_refusal(app: App, delivery_id: int) -> str:
-    try:
-        delivery = await app.subscriptions.store.get_delivery(delivery_id)
-    except DeliveryNotFoundError as exc:
-        return str(exc)
-    if delivery.state is DeliveryState.DEAD:
-        return f"delivery {delivery_id} was not requeued"  # it changed meanwhile
-    return f"delivery {delivery_id} is {delivery.state.value}, not dead"
+        click.echo(f"{past} {len(done)} deliver{'y' if len(done) == 1 else 'ies'}")
+    if result.refused:
+        raise CliError(f"not {past}: " + "; ".join(result.refused))

@@ -12,17 +12,21 @@ a refused command changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import sys
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import click
 from rich.text import Text
 
-from ..app import App
+from ..job_specs import JobOptions
 from ..jobs import first_fire
-from ..model import Job, Run, RunFilter
+from ..model import Job, Run
+from ..services import RunQuery
 from ..triggers import make_trigger
 from . import render
+from .connect import AnyServices, Where, collect, run_services, where_options
 from .jobs_options import TRIGGERS, definition_options, job_options
 from .jobs_render import (
     describe,
@@ -35,7 +39,7 @@ from .jobs_render import (
     state_text,
     zone_of,
 )
-from .loading import CliError, CronbusGroup, app_options, resolve_app, run_with_app
+from .loading import CliError, CronbusGroup
 
 FC = TypeVar("FC", bound=Callable[..., Any])
 _TRIGGER_OPTIONS = (*TRIGGERS, "tz", "start", "end", "jitter")
@@ -58,16 +62,21 @@ def jobs() -> None:
     """List, inspect, add, change, pause, resume, remove and fire jobs.
 
     A job is a task plus a trigger (--cron, --every, --after or --at) and its policies.
-    Commands that define or fire jobs (add, update, trigger) need --app for its tasks.
+    Commands that define or fire jobs (add, update, trigger) need --app for its tasks (or a
+    server's, with --url).
     """
 
 
 @jobs.command("list")
-@app_options()
+@where_options()
 @_json_option
-def list_jobs(app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+def list_jobs(where: Where, as_json: bool) -> None:
     """List every job: task, schedule, next fire, state, fire count and policies."""
-    found = run_with_app(resolve_app(app_spec, store_url), lambda app: app.jobs.list())
+
+    async def read(services: AnyServices) -> list[Job]:
+        return await collect(services.jobs.list, sys.maxsize)
+
+    found = run_services(where, read)
     if as_json:
         render.print_json([job_json(job) for job in found])
     else:
@@ -76,17 +85,17 @@ def list_jobs(app_spec: str | None, store_url: str | None, as_json: bool) -> Non
 
 @jobs.command("show")
 @_name_argument
-@app_options()
+@where_options()
 @_json_option
-def show_job(name: str, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+def show_job(name: str, where: Where, as_json: bool) -> None:
     """Show everything about one job, with its last 10 runs."""
 
-    async def fetch(app: App) -> tuple[Job, list[Run]]:
-        job = await app.jobs.get(name)
-        recent = RunFilter(job_id=job.id, limit=_RECENT_RUNS)
-        return job, await app.store.list_runs(recent)
+    async def fetch(services: AnyServices) -> tuple[Job, list[Run]]:
+        job = await services.jobs.get(name)
+        recent = await services.runs.list(RunQuery(job=job.name), limit=_RECENT_RUNS)
+        return job, recent.items
 
-    job, runs = run_with_app(resolve_app(app_spec, store_url), fetch)
+    job, runs = run_services(where, fetch)
     if as_json:
         render.print_json({**job_json(job), "runs": [render.run_json(run) for run in runs]})
         return
@@ -107,25 +116,20 @@ def show_job(name: str, app_spec: str | None, store_url: str | None, as_json: bo
     show_default=True,
     help="How many fire times to show.",
 )
-@app_options()
+@where_options()
 @_json_option
-def next_fires(
-    name: str, count: int, app_spec: str | None, store_url: str | None, as_json: bool
-) -> None:
+def next_fires(name: str, count: int, where: Where, as_json: bool) -> None:
     """Show the job's next fire times, in its time zone and in UTC.
 
     A paused, disabled or finished job has none; an `after` job only its next one, because the
     fire after it waits for that run to end.
     """
 
-    async def fetch(app: App) -> tuple[Job, list[float]]:
-        job = await app.jobs.get(name)
-        if planned_fire(job) is None:
-            return job, []
-        known = 1 if job.spec.after_seconds is not None else count
-        return job, await app.jobs.next(name, known)
+    async def fetch(services: AnyServices) -> tuple[Job, list[float]]:
+        job = await services.jobs.get(name)
+        return job, await services.jobs.next_fires(job.name, count)
 
-    job, times = run_with_app(resolve_app(app_spec, store_url), fetch)
+    job, times = run_services(where, fetch)
     zone = zone_of(job)
     if as_json:
         fires = [{"local": local_iso(t, zone), "utc": render.iso(t)} for t in times]
@@ -141,9 +145,9 @@ def next_fires(
 @jobs.command("add")
 @_name_argument
 @definition_options
-@app_options(app_required=True)
+@where_options(app_required=True)
 @_json_option
-def add_job(name: str, app_spec: str, store_url: str | None, as_json: bool, **given: Any) -> None:
+def add_job(name: str, where: Where, as_json: bool, **given: Any) -> None:
     """Add a job NAME running --task on one trigger: --cron, --every, --after or --at.
 
     Examples: `--cron "0 9 * * MON-FRI" --tz Europe/Paris`, `--every 300`, `--after 60`,
@@ -155,10 +159,10 @@ def add_job(name: str, app_spec: str, store_url: str | None, as_json: bool, **gi
         raise click.UsageError("give the task the job runs with --task")
     if not any(kind in options for kind in TRIGGERS):
         raise click.UsageError("give a trigger: --cron, --every, --after or --at")
-    app = resolve_app(app_spec, store_url)
-    refuse_dead_trigger(options, app.clock.now())
-    refuse_calendars(_kind(options), options.get("calendars", ()))
-    job = run_with_app(app, lambda a: a.jobs.add(name, task, **options))
+    refuse_dead_trigger(options, time.time())
+    job = run_services(
+        where, lambda services: services.jobs.create(name, task, JobOptions(**options))
+    )
     _print_changed(job, "added", as_json)
 
 
@@ -166,11 +170,9 @@ def add_job(name: str, app_spec: str, store_url: str | None, as_json: bool, **gi
 @_name_argument
 @definition_options
 @_force_option
-@app_options(app_required=True)
+@where_options(app_required=True)
 @_json_option
-def update_job(
-    name: str, force: bool, app_spec: str, store_url: str | None, as_json: bool, **given: Any
-) -> None:
+def update_job(name: str, force: bool, where: Where, as_json: bool, **given: Any) -> None:
     """Change the options given; the others stay as they are.
 
     To change the schedule give the trigger whole (--cron, --every, --after or --at, with its
@@ -180,16 +182,8 @@ def update_job(
     changes = job_options(given)
     if not changes:
         raise click.UsageError("give at least one option to change")
-    app = resolve_app(app_spec, store_url)
-    refuse_dead_trigger(changes, app.clock.now())
-
-    async def update(a: App) -> Job:
-        spec = (await a.jobs.get(name)).spec
-        kind = _kind(changes) or str(spec.trigger.get("kind"))
-        refuse_calendars(kind, changes.get("calendars", spec.calendars))
-        return await a.jobs.update(name, force=force, **changes)
-
-    job = run_with_app(app, update)
+    refuse_dead_trigger(changes, time.time())
+    job = run_services(where, lambda services: services.jobs.update(name, changes, force=force))
     _warn_code_job(job, force, "changed")
     _print_changed(job, "updated", as_json)
 
@@ -215,20 +209,6 @@ def refuse_dead_trigger(options: Mapping[str, Any], now: float) -> None:
         raise CliError(f"{trigger.describe()} has no fire left after now; the job would never run")
 
 
-def refuse_calendars(kind: str | None, calendars: Sequence[str]) -> None:
-    """Refuse calendars on an ``after`` or ``at`` job: their triggers have no dates to skip."""
-    if calendars and kind in ("after", "at"):
-        raise CliError(
-            f"calendars ({', '.join(calendars)}) skip dates of cron and every jobs only, "
-            f"not of an {kind} job"
-        )
-
-
-def _kind(options: Mapping[str, Any]) -> str | None:
-    """The kind of trigger the options give, if any."""
-    return next((kind for kind in TRIGGERS if kind in options), None)
-
-
 def _print_changed(job: Job, what: str, as_json: bool) -> None:
     if as_json:
         render.print_json(job_json(job))
@@ -244,41 +224,33 @@ def _print_changed(job: Job, what: str, as_json: bool) -> None:
 # -- pause, resume, remove, trigger --------------------------------------------------------------
 @jobs.command("pause")
 @_name_argument
-@app_options()
+@where_options()
 @_json_option
-def pause_job(name: str, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+def pause_job(name: str, where: Where, as_json: bool) -> None:
     """Stop a job from firing until it is resumed (runs already made are left alone)."""
-    job = run_with_app(resolve_app(app_spec, store_url), lambda app: app.jobs.pause(name))
+    job = run_services(where, lambda services: services.jobs.pause(name))
     _print_changed(job, "paused", as_json)
 
 
 @jobs.command("resume")
 @_name_argument
-@app_options()
+@where_options()
 @_json_option
-def resume_job(name: str, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+def resume_job(name: str, where: Where, as_json: bool) -> None:
     """Let a paused job fire again, from its first fire after now (missed fires are skipped)."""
-    job = run_with_app(resolve_app(app_spec, store_url), lambda app: app.jobs.resume(name))
+    job = run_services(where, lambda services: services.jobs.resume(name))
     _print_changed(job, "resumed", as_json)
 
 
 @jobs.command("remove")
 @_name_argument
 @_force_option
-@app_options()
+@where_options()
 @_json_option
-def remove_job(
-    name: str, force: bool, app_spec: str | None, store_url: str | None, as_json: bool
-) -> None:
+def remove_job(name: str, force: bool, where: Where, as_json: bool) -> None:
     """Delete a job. Its runs stay. A job still defined in code needs --force, and comes back
     when a scheduler starts."""
-
-    async def remove(app: App) -> Job:
-        job = await app.jobs.get(name)
-        await app.jobs.remove(name, force=force)
-        return job
-
-    job = run_with_app(resolve_app(app_spec, store_url), remove)
+    job = run_services(where, lambda services: services.jobs.delete(name, force=force))
     _warn_code_job(job, force, "removed")
     if as_json:
         render.print_json({"name": name, "removed": True})
@@ -288,15 +260,15 @@ def remove_job(
 
 @jobs.command("trigger")
 @_name_argument
-@app_options(app_required=True)
+@where_options(app_required=True)
 @_json_option
-def trigger_job(name: str, app_spec: str, store_url: str | None, as_json: bool) -> None:
+def trigger_job(name: str, where: Where, as_json: bool) -> None:
     """Fire a job now, once, outside its schedule, and print the new run's id.
 
     The schedule is unchanged and the run counts as no fire of the job.
     """
-    handle = run_with_app(resolve_app(app_spec, store_url), lambda app: app.jobs.trigger(name))
+    run = run_services(where, lambda services: services.jobs.trigger(name))
     if as_json:
-        render.print_json({"id": handle.id, "job": name, "created": handle.created})
+        render.print_json({"id": run.id, "job": name, "created": True})
     else:
-        click.echo(f"run {handle.id} created for job {name}")
+        click.echo(f"run {run.id} created for job {name}")

@@ -14,7 +14,6 @@ Stopped workers are history, not the cluster: ``list`` hides them unless ``--all
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -23,19 +22,13 @@ from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from ..app import App
+from ..errors import WorkerNotFoundError
 from ..fairness import EVERY_QUEUE
-from ..model import Run, WorkerInfo, WorkerState
-from ..states import ACTIVE
+from ..model import Run, WorkerState
+from ..services import WorkerView
 from . import render
-from .loading import (
-    CliError,
-    CronbusGroup,
-    app_options,
-    parse_states,
-    resolve_app,
-    run_with_app,
-)
+from .connect import Where, run_services, where_options
+from .loading import CliError, CronbusGroup, parse_states
 
 _STATE_STYLES = {
     WorkerState.ALIVE: "green",
@@ -74,15 +67,6 @@ _json_option = click.option(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Seen:
-    """A worker as read at ``now``, with the runs it holds (those still running, by id)."""
-
-    worker: WorkerInfo
-    runs: Sequence[Run]
-    now: float
-
-
 # -- the commands --------------------------------------------------------------------------------
 @click.group(cls=CronbusGroup)
 def workers() -> None:
@@ -105,14 +89,10 @@ def workers() -> None:
 @click.option(
     "--all", "everyone", is_flag=True, help="Include stopped workers (hidden by default)."
 )
-@app_options()
+@where_options()
 @_json_option
 def list_workers(
-    states: tuple[WorkerState, ...],
-    everyone: bool,
-    app_spec: str | None,
-    store_url: str | None,
-    as_json: bool,
+    states: tuple[WorkerState, ...], everyone: bool, where: Where, as_json: bool
 ) -> None:
     """List workers, newest first: state, queues, last heartbeat and the runs they hold.
 
@@ -120,7 +100,8 @@ def list_workers(
     --state stopped asks for them. QUEUES shows * for a worker serving every queue (one
     started without --queues).
     """
-    seen = run_with_app(resolve_app(app_spec, store_url), _read_workers)
+    # Every worker is read, stopped ones too, to say how many the listing leaves out.
+    seen = run_services(where, lambda services: services.workers.list(include_stopped=True))
     hidden = sum(1 for s in seen if s.worker.state is WorkerState.STOPPED)
     if states:
         seen = [s for s in seen if s.worker.state in states]
@@ -139,15 +120,16 @@ def list_workers(
 
 @workers.command("show")
 @click.argument("worker_id", metavar="ID")
-@app_options()
+@where_options()
 @_json_option
-def show_worker(worker_id: str, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+def show_worker(worker_id: str, where: Where, as_json: bool) -> None:
     """Show one worker (stopped ones too) with every run it holds."""
-    seen = run_with_app(resolve_app(app_spec, store_url), _read_workers)
-    found = [s for s in seen if s.worker.id == worker_id]
-    if not found:
-        raise CliError(f"no worker has id {worker_id!r} (see 'cronbus workers list --all')")
-    (one,) = found
+    try:
+        one = run_services(where, lambda services: services.workers.get(worker_id))
+    except WorkerNotFoundError:
+        raise CliError(
+            f"no worker has id {worker_id!r} (see 'cronbus workers list --all')"
+        ) from None
     if as_json:
         render.print_json(worker_json(one))
         return
@@ -161,6 +143,23 @@ def show_worker(worker_id: str, app_spec: str | None, store_url: str | None, as_
         out.print("no running attempts")
 
 
+@workers.command("drain")
+@click.argument("worker_id", metavar="ID")
+@where_options()
+@_json_option
+def drain_worker(worker_id: str, where: Where, as_json: bool) -> None:
+    """Ask a worker to drain: on its next heartbeat it stops claiming, finishes the runs it
+    holds and stops, as on SIGTERM."""
+    one = run_services(where, lambda services: services.workers.drain(worker_id))
+    if as_json:
+        render.print_json(worker_json(one))
+        return
+    render.console().print(
+        f"worker {one.worker.id}: drain requested; it stops claiming at its next heartbeat "
+        f"({len(one.runs)} run(s) to finish)"
+    )
+
+
 @workers.command("prune")
 @click.option(
     "--older-than",
@@ -170,19 +169,13 @@ def show_worker(worker_id: str, app_spec: str | None, store_url: str | None, as_
     show_default=True,
     help="Seconds of silence after which a worker's row is deleted.",
 )
-@app_options()
+@where_options()
 @_json_option
-def prune_workers(
-    older_than: float, app_spec: str | None, store_url: str | None, as_json: bool
-) -> None:
+def prune_workers(older_than: float, where: Where, as_json: bool) -> None:
     """Delete the registry rows of workers silent for longer than --older-than (stopped ones,
     and lost ones that are gone). A worker still holding a run keeps its row; workers also
     prune rows silent for a day by themselves."""
-
-    async def prune(app: App) -> list[str]:
-        return await app.store.prune_workers(app.clock.now() - older_than)
-
-    removed = run_with_app(resolve_app(app_spec, store_url), prune)
+    removed = run_services(where, lambda services: services.workers.prune(older_than))
     if as_json:
         render.print_json({"removed": removed})
         return
@@ -191,29 +184,8 @@ def prune_workers(
         render.console().print(f"  {worker_id}")
 
 
-# -- reading -------------------------------------------------------------------------------------
-async def _read_workers(app: App) -> list[Seen]:
-    """Every registered worker, with the runs each holds, read in two store calls."""
-    now = app.clock.now()
-    found = await app.store.list_workers(now, app.settings.lease_seconds)
-    held = [run_id for worker in found for run_id in worker.running]
-    runs = {run.id: run for run in await app.store.get_runs(held)} if held else {}
-    return [Seen(w, _held(w, runs), now) for w in found]
-
-
-def _held(worker: WorkerInfo, runs: dict[int, Run]) -> list[Run]:
-    """The worker's runs that it still holds: one may have ended between the two reads."""
-    return [
-        run
-        for run_id in worker.running
-        if (run := runs.get(run_id)) is not None
-        and run.state in ACTIVE
-        and run.lease_owner == worker.id
-    ]
-
-
 # -- JSON ----------------------------------------------------------------------------------------
-def worker_json(seen: Seen) -> dict[str, Any]:
+def worker_json(seen: WorkerView) -> dict[str, Any]:
     """A worker as a JSON object, with the runs it holds."""
     worker = seen.worker
     return {
@@ -227,7 +199,7 @@ def worker_json(seen: Seen) -> dict[str, Any]:
         "version": worker.version,
         "started_at": render.iso(worker.started_at),
         "heartbeat_at": render.iso(worker.heartbeat_at),
-        "heartbeat_age": round(max(0.0, seen.now - worker.heartbeat_at), 3),
+        "heartbeat_age": seen.heartbeat_age,
         "running": [_running_json(run) for run in seen.runs],
     }
 
@@ -244,7 +216,7 @@ def _running_json(run: Run) -> dict[str, Any]:
 
 
 # -- tables --------------------------------------------------------------------------------------
-def _print_workers(seen: Sequence[Seen]) -> None:
+def _print_workers(seen: Sequence[WorkerView]) -> None:
     out = render.console()
     rows = [_cells(s) for s in seen]
     if _natural_width(rows, _LIST_COLUMNS) <= out.width:
@@ -301,7 +273,7 @@ def _fit(rows: Sequence[dict[str, str | Text]], screen: int) -> dict[str, int]:
     return widths
 
 
-def _cells(seen: Seen) -> dict[str, str | Text]:
+def _cells(seen: WorkerView) -> dict[str, str | Text]:
     worker = seen.worker
     return {
         "ID": worker.id,
@@ -313,7 +285,7 @@ def _cells(seen: Seen) -> dict[str, str | Text]:
         "CONC": str(worker.concurrency),
         "VERSION": worker.version,
         "STARTED (UTC)": render.human_time(worker.started_at),
-        "HEARTBEAT": age(seen.now - worker.heartbeat_at) + " ago",
+        "HEARTBEAT": age(seen.heartbeat_age) + " ago",
         "RUNNING": _running_summary(seen.runs),
     }
 
@@ -331,7 +303,7 @@ def _running_summary(runs: Sequence[Run]) -> str:
     return named + (f", +{more} more" if more > 0 else "")
 
 
-def _worker_fields(seen: Seen) -> Table:
+def _worker_fields(seen: WorkerView) -> Table:
     worker = seen.worker
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -346,7 +318,7 @@ def _worker_fields(seen: Seen) -> Table:
         ("started", render.human_time(worker.started_at)),
         (
             "heartbeat",
-            f"{render.human_time(worker.heartbeat_at)} ({age(seen.now - worker.heartbeat_at)} ago)",
+            f"{render.human_time(worker.heartbeat_at)} ({age(seen.heartbeat_age)} ago)",
         ),
         ("running", f"{len(seen.runs)} of {worker.concurrency}"),
     ]

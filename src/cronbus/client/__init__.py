@@ -19,8 +19,11 @@ from types import TracebackType
 
 import httpx
 
+from .dead_letters import RemoteDeadLetters
 from .http import ServerUnreachableError, Transport
+from .jobs import RemoteJobs
 from .runs import RemoteRuns
+from .workers import RemoteWorkers
 
 __all__ = ["RemoteServices", "ServerUnreachableError"]
 
@@ -42,6 +45,12 @@ class RemoteServices:
         self.http = Transport(url, token, namespace, transport=transport)
         self.runs = RemoteRuns(self.http)
         """Runs: list, show, cancel, retry, defer."""
+        self.jobs = RemoteJobs(self.http)
+        """Jobs: list, get, create, update, delete, pause, resume, trigger, next_fires."""
+        self.dead_letters = RemoteDeadLetters(self.http)
+        """Dead runs and deliveries: list, requeue, purge."""
+        self.workers = RemoteWorkers(self.http)
+        """Workers: list, get, drain (prune works on the store only)."""
 
     def __repr__(self) -> str:
         return f"<RemoteServices url={self.url!r} namespace={self.namespace!r}>"

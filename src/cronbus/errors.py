@@ -59,8 +59,8 @@ class InvalidArgumentError(CronbusError, ValueError):
     ``field`` names the input at fault when one is known (``"queue"``, ``"data.id"``), so an
     HTTP answer can point at it."""
 
-    def __init__(self, *args: object, field: str | None = None) -> None:
-        super().__init__(*args)
+    def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
+        super().__init__(message)
         self.field = field
 
 

@@ -35,6 +35,14 @@ def make_app(url: str) -> App:
     def noop() -> None:
         return None
 
+    @app.task(name="on_event")
+    def on_event(event: dict[str, Any]) -> None:
+        return None
+
+    @app.task(name="boom", retries=0)
+    def boom() -> None:
+        raise RuntimeError("boom")
+
     return app
 
 

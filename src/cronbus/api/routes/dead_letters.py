@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from fastapi import Query, Request, Response
 from pydantic import ConfigDict, Field
 
-from ...services.views import DeadLetter, DeadLetterKind, DeadLetterResult
+from ...services.views import DeadLetter, DeadLetterResult
 from ..auth import Caller
 from ..pagination import LIMIT_DEFAULT, Cursor, Limit, PageOut, page_body
 from ..problems import responses
@@ -42,7 +42,10 @@ async def list_dead_letters(
     request: Request,
     response: Response,
     services: Caller,
-    kind: Annotated[DeadLetterKind | None, Query(description="Runs or deliveries only.")] = None,
+    kind: Annotated[
+        Literal["runs", "deliveries", "all"] | None,
+        Query(description="Dead runs only, dead deliveries only, or all (the default)."),
+    ] = None,
     task: Annotated[str | None, Query(max_length=200)] = None,
     queue: Annotated[str | None, Query(max_length=200)] = None,
     subscription: Annotated[str | None, Query(max_length=200)] = None,
@@ -51,7 +54,7 @@ async def list_dead_letters(
 ) -> dict[str, Any]:
     """Dead runs and dead deliveries of the namespace, newest first, with their last error."""
     page = await services.dead_letters.list(
-        kind=None if kind is None else kind.value,
+        kind=kind,
         task=task,
         queue=queue,
         subscription=subscription,

@@ -30,6 +30,7 @@ _BATCH = 500
 """Dead letters requeued or purged per store call when all of them are asked for."""
 KINDS = ("runs", "deliveries")
 """The kinds of dead letters, as ``list`` takes them."""
+_PLURAL = {"run": "runs", "delivery": "deliveries"}
 _Act = Callable[[Sequence[int]], Awaitable[list[int]]]
 
 
@@ -312,6 +313,8 @@ class DeadLettersService:
 def kinds(kind: str | None, run_filter: bool, subscription: str | None) -> tuple[bool, bool]:
     """Which kinds to list, (runs, deliveries): ``kind`` (``runs``, ``deliveries`` or None for
     both), narrowed by the filters given, which only one kind has."""
+    # The singular (a dead letter's own kind: run, delivery) is taken as well as the plural.
+    kind = _PLURAL.get(kind, kind) if isinstance(kind, str) else kind
     if kind is not None and kind not in (*KINDS, "all"):
         raise InvalidArgumentError(
             f"kind must be runs, deliveries or all, got {shorten(kind)}", field="kind"

@@ -116,8 +116,8 @@ class JobsService:
         check_calendars(spec.trigger.get("kind"), spec.calendars)
         calendars = await self._c.store.get_calendars()
         now = self._c.now()
-        if not spec.paused:
-            refuse_dead_trigger(spec, calendars, now)
+        # Paused or not: a trigger without a fire left would never fire after a resume either.
+        refuse_dead_trigger(spec, calendars, now)
         try:
             job = await self._c.store.put_job(
                 spec, _following(spec, None, calendars, now), now, create=True
@@ -165,7 +165,7 @@ class JobsService:
         check_calendars(spec.trigger.get("kind"), spec.calendars)
         now = self._c.now()
         calendars = await self._c.store.get_calendars()
-        if new_trigger and not spec.paused:
+        if new_trigger:
             refuse_dead_trigger(spec, calendars, now)
         # After the checks, so a bad option is reported as what it is, force or not.
         code_job_guard(job, "changed", force)

@@ -28,6 +28,7 @@ from cronbus.model import (
 )
 from cronbus.states import AttemptOutcome, RunState
 from cronbus.store import Store
+from cronbus.store.logic import CREATED_AFTER_PROBE
 
 T0 = 1_700_000_000.0
 LEASE = 30.0
@@ -278,3 +279,29 @@ async def test_delete_deliveries_removes_dead_ones_only(store: Store) -> None:
     assert (await store.get_delivery(two)).state is DeliveryState.ACKED
     assert (await store.get_delivery(three)).state is DeliveryState.IN_FLIGHT
     assert await store.delete_deliveries([]) == []
+
+
+async def test_creation_bounds_hold_when_clocks_disagree_with_ids(store: Store) -> None:
+    # Writers with skewed clocks: ids follow the inserts, not the creation times.
+    late = (await store.defer([new()], T0 + 120))[0].id
+    early = (await store.defer([new()], T0))[0].id
+    middle = (await store.defer([new()], T0 + 60))[0].id
+    assert late < early < middle
+
+    async def listed(**kw: object) -> list[int]:
+        return ids(await store.list_runs(RunFilter(namespace="a", **kw)))  # type: ignore[arg-type]
+
+    assert await listed(created_after=T0 + 60) == [middle, late]
+    assert await listed(created_after=T0 + 61) == [late]
+    assert await listed(created_before=T0 + 60) == [early]
+    assert await listed(created_after=T0, created_before=T0 + 100) == [middle, early]
+
+
+async def test_a_window_with_many_runs_pages_through_all_of_them(store: Store) -> None:
+    many = CREATED_AFTER_PROBE + 20
+    await store.defer([new() for _ in range(30)], T0)
+    recent = [d.id for d in await store.defer([new() for _ in range(many)], T0 + 60)]
+    pages = await page_through(store, RunFilter(namespace="a", limit=250, created_after=T0 + 60))
+    assert [i for p in pages for i in p] == sorted(recent, reverse=True)
+    newest = await store.list_runs(RunFilter(namespace="a", limit=3, created_after=T0 + 30))
+    assert ids(newest) == sorted(recent, reverse=True)[:3]

@@ -69,6 +69,10 @@ async def test_listings_read_index_ranges_newest_first(tmp_path: Path, name: str
     for plan in ranges:
         assert "TEMP B-TREE" not in plan
         assert "SCAN r" not in plan
+        if filter.created_after is not None:
+            # The range starts at the first run created since then, found by a seek.
+            assert "id>?" in plan
+            assert "COVERING INDEX runs_by_created (namespace=? AND created_at>?)" in plan
     if filter.namespace is None:
         assert len(ranges) == 2
     assert f"INDEX {index}" in last

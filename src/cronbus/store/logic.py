@@ -238,6 +238,26 @@ def listing_index(filter: RunFilter) -> str:
     return "runs_by_namespace"
 
 
+CREATED_AFTER_PROBE = 1000
+"""A listing from a creation time also starts its range at the lowest id of the namespace's runs
+created since then, read through ``runs_by_created`` when there are at most this many: without
+that bound, a window holding fewer runs than a page (runs of the last minute) would scan every
+older run in vain. With more, the page fills long before the scan gets old (no bound needed)."""
+
+
+def created_after_bound(index_hint: str, placeholder: str) -> str:
+    """The SQL of that bound for one range: the run id a listing of the runs created at or after
+    a time may start from (its two parameters: the namespace, the time). It is exact (the lowest
+    id created since, whatever the clocks of the writers); 0 (no bound) when the runs created
+    since are many, and beyond every id when there are none."""
+    p = placeholder
+    return f"""r.id >= (
+        SELECT CASE WHEN count(*) = 0 THEN 9223372036854775807
+                    WHEN count(*) <= {CREATED_AFTER_PROBE} THEN min(id) ELSE 0 END
+        FROM (SELECT id FROM runs {index_hint} WHERE namespace = {p} AND created_at >= {p}
+              LIMIT {CREATED_AFTER_PROBE + 1}) AS since)"""
+
+
 def listing_arms(filter: RunFilter, namespaces: Sequence[str]) -> list[tuple[str, str | None]]:
     """The (namespace, state) ranges a listing reads, each in id order, merged newest first:
     one per namespace and state asked for (``None``: any state)."""

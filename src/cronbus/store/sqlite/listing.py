@@ -16,7 +16,7 @@ from typing import Any
 
 from ...model import RunFilter
 from ...states import TERMINAL, sql_in
-from ..logic import listing_arms, listing_index
+from ..logic import created_after_bound, listing_arms, listing_index
 from ..rows import RUN_COLUMNS, RUN_FROM
 from .rows import Row
 from .sql import RUN_NAMESPACES
@@ -42,6 +42,9 @@ DELETE_PAYLOADS = "DELETE FROM run_payloads WHERE run_id IN (SELECT value FROM j
 DELETE_ATTEMPTS = "DELETE FROM attempts WHERE run_id IN (SELECT value FROM json_each(?))"
 
 
+_SINCE = created_after_bound("INDEXED BY runs_by_created", "?")
+
+
 def run_namespaces(conn: sqlite3.Connection) -> list[str]:
     """The namespaces that have runs, by name."""
     return [row[0] for row in conn.execute(RUN_NAMESPACES)]
@@ -56,7 +59,11 @@ def list_runs(conn: sqlite3.Connection, filter: RunFilter) -> list[Row]:
     rows: list[Row] = []
     for namespace, state in arms:
         clauses = ["r.namespace = ?", *(["r.state = ?"] if state is not None else []), *where]
-        params = [namespace, *([state] if state is not None else []), *common, filter.limit]
+        params = [namespace, *([state] if state is not None else []), *common]
+        if filter.created_after is not None:
+            clauses.append(_SINCE)
+            params.extend([namespace, filter.created_after])
+        params.append(filter.limit)
         sql = (
             f"SELECT {RUN_COLUMNS} {source} WHERE {' AND '.join(clauses)} "
             "ORDER BY r.id DESC LIMIT ?"

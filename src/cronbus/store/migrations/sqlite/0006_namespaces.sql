@@ -24,6 +24,9 @@ CREATE INDEX runs_by_namespace ON runs (namespace, id);
 CREATE INDEX runs_by_state ON runs (namespace, state, id);
 CREATE INDEX runs_by_task ON runs (namespace, task, id);
 CREATE INDEX runs_by_queue ON runs (namespace, queue, id);
+-- Listings from a creation time: the lowest id of a namespace's runs created since then, when
+-- they are few (see cronbus.store.logic.CREATED_AFTER_PROBE).
+CREATE INDEX runs_by_created ON runs (namespace, created_at);
 -- Runs per minute: the runs of a namespace that ended in a time window.
 CREATE INDEX runs_finished ON runs (namespace, finished_at, state) WHERE finished_at IS NOT NULL;
 

@@ -12,6 +12,8 @@ the store's ``list_runs``, the page and its cursor), for each case:
 | `state=dead` | a rare state (about 3% of the runs) |
 | `state=succeeded` | a common state (about 85%) |
 | `task` | one task of 20 |
+| `created since` | created in the seeding's last 10 seconds: 1,000 runs (first page only) |
+| `created since, few` | created in its last 0.2 second: 18 runs, fewer than a page (first only) |
 
 and each page: `first` (no cursor) and `deep` (the cursor of the run at 90% of the case's rows,
 e.g. after 900,000 rows for `all` over 1,000,000 runs: a keyset, never an offset). Figures: p50
@@ -214,6 +216,19 @@ def _count_postgres(schema: str) -> int:
 
 
 # -- measuring -------------------------------------------------------------------------------------
+FEW = "created since, few"
+
+
+def windows(runs: int) -> dict[str, RunQuery]:
+    """The cases with a creation time, by the seeding's times (run i is created at
+    ``T0 + i / 100``)."""
+    end = T0 + runs * 0.01
+    return {
+        "created since": RunQuery(created_after=end - 10.0),
+        FEW: RunQuery(created_after=end - 0.2),
+    }
+
+
 async def deep_cursor(store_kind: str, url: str, query: RunQuery) -> str:
     """The cursor after the run at 90% of the case's rows (found once, by an offset scan that
     is not timed), so the deep page is read by keyset as a client paging that far would."""
@@ -247,15 +262,20 @@ async def deep_cursor(store_kind: str, url: str, query: RunQuery) -> str:
 
 
 async def time_pages(
-    services: Services, query: RunQuery, cursor: str | None, samples: int, warmup: int
+    services: Services,
+    query: RunQuery,
+    cursor: str | None,
+    args: argparse.Namespace,
+    full: bool = True,
 ) -> list[float]:
-    """Milliseconds of each timed call of one page."""
+    """Milliseconds of each timed call of one page (which must be full, unless told)."""
     times = []
+    samples, warmup = args.samples, args.warmup
     for index in range(warmup + samples):
         started = time.perf_counter()
         page = await services.runs.list(query, limit=LIMIT, cursor=cursor)
         elapsed = (time.perf_counter() - started) * 1000
-        if len(page.items) != LIMIT:
+        if (full and len(page.items) != LIMIT) or not page.items:
             raise SystemExit(f"a page held {len(page.items)} runs, not {LIMIT}")
         if index >= warmup:
             times.append(elapsed)
@@ -270,10 +290,13 @@ async def measure(store_kind: str, url: str, args: argparse.Namespace) -> list[F
     figures = []
     try:
         services = Services(app)
-        for name, query in CASES.items():
-            deep = await deep_cursor(store_kind, url, query)
-            for page, cursor in (("first", None), ("deep", deep)):
-                times = await time_pages(services, query, cursor, args.samples, args.warmup)
+        for name, query in {**CASES, **windows(args.runs)}.items():
+            pages: list[tuple[str, str | None]] = [("first", None)]
+            if query.created_after is None:
+                pages.append(("deep", await deep_cursor(store_kind, url, query)))
+            for page, cursor in pages:
+                full = name != FEW
+                times = await time_pages(services, query, cursor, args, full)
                 settings = {
                     "store": store_kind,
                     "runs": args.runs,
@@ -314,6 +337,7 @@ async def explain(app: App, store_kind: str, query: RunQuery, cursor: str | None
     wanted = RunFilter(
         states=query.states,
         task=query.task,
+        created_after=query.created_after,
         limit=LIMIT + 1,
         before_id=before,
         namespace="default",

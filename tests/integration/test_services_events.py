@@ -234,3 +234,15 @@ async def test_subscriptions_of_another_namespace(opened: App, services: Service
     assert (await reader.subscriptions.get("s")).subscription.name == "s"
     with pytest.raises(ForbiddenError):
         await reader.subscriptions.pause("s")
+
+
+async def test_a_subscription_claims_a_new_topic(opened: App) -> None:
+    shop = Services(opened, LOCAL, namespace="shop")
+    await shop.subscriptions.create(SubscriptionInput(name="s", topic="fresh", task="add"))
+    other = Services(opened, OTHER, namespace="other")
+    with pytest.raises(ConflictError):
+        await other.topics.publish("fresh", events(1))
+    with pytest.raises(ConflictError):
+        await other.subscriptions.create(SubscriptionInput(name="s2", topic="fresh", task="add"))
+    published = await shop.topics.publish("fresh", events(1))
+    assert published[0].event.offset == 1

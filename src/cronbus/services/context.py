@@ -83,10 +83,7 @@ class Context:
             resource=str(resource),
             detail=dict(detail or {}),
         )
-        # Guarded while stores without the audit table (older builds in tests) are about.
-        record = getattr(self.store, "record_audit", None)
-        if record is not None:
-            await record([entry])
+        await self.store.record_audit([entry])
 
 
 def guess_field(message: str, words: Mapping[str, str], default: str) -> str:

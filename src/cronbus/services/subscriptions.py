@@ -16,6 +16,7 @@ from dataclasses import fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ..admin_records import DEFAULT_NAMESPACE
 from ..errors import (
     ConflictError,
     DeliveryNotFoundError,
@@ -32,6 +33,7 @@ from ..events.records import (
     Origin,
     Subscription,
     SubscriptionSpec,
+    TopicInfo,
 )
 from ..events.specs import build_filter, build_policy, check_name
 from ..events.states import DeliveryState
@@ -145,7 +147,8 @@ class SubscriptionsService:
         ordered = [
             s for s in sorted(found, key=lambda s: s.name) if after is None or s.name > after
         ]
-        ends = {info.name: info.last_offset for info in await self._c.store.list_topics()}
+        topics = await self._c.store.list_topics(namespace=self._c.namespace)
+        ends = {info.name: info.last_offset for info in topics}
         views = [self._view(sub, ends.get(sub.topic, 0)) for sub in ordered[: limit + 1]]
         return page_of(views, limit, lambda view: {"n": view.subscription.name})
 
@@ -212,7 +215,10 @@ class SubscriptionsService:
             namespace=self._c.namespace,
         )
         info = await self._c.store.get_topic(topic)
-        if info.namespace != self._c.namespace and (info.last_offset or info.events):
+        # An unknown topic reads as an empty one of the default namespace.
+        if info.namespace != self._c.namespace and (
+            _has_row(info) or info.namespace != DEFAULT_NAMESPACE
+        ):
             raise ConflictError(
                 f"topic {topic!r} belongs to another namespace; a subscription reads topics of "
                 "its own namespace only"
@@ -232,6 +238,10 @@ class SubscriptionsService:
             raise ConflictError(
                 f"a subscription named {name!r} exists in another namespace"
             ) from None
+        if not _has_row(info):
+            # Claim the topic for this namespace now, so another namespace cannot create it
+            # later and have its events pushed here (a topic's namespace is its first writer's).
+            await self._c.store.set_retention(topic, None, None, namespace=self._c.namespace)
         await self._c.store.notify([SUBSCRIPTIONS_CHANNEL])
         await self._c.audit(
             "subscriptions.create", name, {"topic": topic, "target": public_target(target)}
@@ -484,6 +494,11 @@ def replay_message(
     if first_offset is not None and first_offset > cursor + 1:
         message += f" (retention removed the events below offset {first_offset})"
     return message
+
+
+def _has_row(info: TopicInfo) -> bool:
+    """True when a topic exists in the store: events ever written, or settings."""
+    return bool(info.last_offset or info.events or info.max_age or info.max_events)
 
 
 def _moved(before: int, cursor: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -13,7 +14,7 @@ from typing import Any, TypeVar, overload
 
 from .clock import Clock, SystemClock
 from .config import Settings
-from .errors import ConfigurationError, CronbusError, UnknownTaskError
+from .errors import ConfigurationError, CronbusError, InvalidArgumentError, UnknownTaskError
 from .events.bus import Events, Subscriptions, handler_spec
 from .events.event import DEFAULT_SOURCE, Event, make_event
 from .events.records import SubscriptionSpec
@@ -24,12 +25,29 @@ from .portal import Portal
 from .retry import Retry
 from .store import Store, default_url, open_store
 from .task import Isolation, Task
+from .validation import DEFAULT_NAMESPACE, check_namespace
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", bound=Callable[..., Any])
 log = logging.getLogger("cronbus.app")
 Hook = Callable[["App"], Awaitable[None] | None]
+NAMESPACE_VARIABLE = "CRONBUS_NAMESPACE"
+"""The environment variable an app reads its namespace from when none is given."""
+
+
+def _namespace(given: str | None) -> str:
+    """The app's namespace: ``given``, else ``CRONBUS_NAMESPACE``, else ``default``; refused
+    (naming the variable when it came from there) unless it follows the namespace grammar."""
+    if given is not None:
+        return check_namespace(given)
+    raw = os.environ.get(NAMESPACE_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_NAMESPACE
+    try:
+        return check_namespace(raw)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"{NAMESPACE_VARIABLE}: {exc}", field="namespace") from None
 
 
 class App:
@@ -37,6 +55,9 @@ class App:
 
     Nothing starts at construction or import: open the app with ``with app:`` in sync code or
     ``async with app:`` in async code, or let ``cronbus worker|server --app`` open it.
+
+    An app lives in one namespace (``namespace=``, ``CRONBUS_NAMESPACE``, else ``default``):
+    what it defers, publishes and defines goes there, and its workers claim only runs of it.
     """
 
     def __init__(
@@ -46,7 +67,11 @@ class App:
         lease_seconds: float | None = None,
         settings: Settings | None = None,
         clock: Clock | None = None,
+        namespace: str | None = None,
     ) -> None:
+        self.namespace: str = _namespace(namespace)
+        """The namespace this app's runs, jobs, topics and subscriptions live in: its workers
+        claim only runs of it (``namespace=``, else ``CRONBUS_NAMESPACE``, else ``default``)."""
         self._store_arg = store
         self._store: Store | None = None
         self.settings = (settings or Settings.load()).with_overrides(lease_seconds=lease_seconds)
@@ -67,7 +92,9 @@ class App:
         self._opened = 0
 
     def __repr__(self) -> str:
-        return f"<App store={self.store_url!r} tasks={len(self.tasks)}>"
+        return (
+            f"<App store={self.store_url!r} namespace={self.namespace!r} tasks={len(self.tasks)}>"
+        )
 
     @property
     def store_url(self) -> str:
@@ -216,7 +243,10 @@ class App:
                 if isinstance(function, Task)
                 else self.task(retries=retries, timeout=timeout, isolation=isolation)(function)
             )
-            spec = build_spec(name or task.name, task, options, source="code")
+            spec = replace(
+                build_spec(name or task.name, task, options, source="code"),
+                namespace=self.namespace,
+            )
             if spec.name in self.code_jobs:
                 raise ConfigurationError(f"two jobs are named {spec.name!r}; give one a name=")
             self.code_jobs[spec.name] = spec
@@ -247,16 +277,19 @@ class App:
             if not callable(function):
                 raise ConfigurationError(f"@app.subscribe needs a function, got {function!r}")
             chosen = name or f"{function.__module__}.{function.__qualname__}"
-            spec = handler_spec(
-                chosen,
-                topic,
-                types=types,
-                source=source,
-                subject=subject,
-                data=data,
-                filter=filter,
-                start=start,
-                policy=policy,
+            spec = replace(
+                handler_spec(
+                    chosen,
+                    topic,
+                    types=types,
+                    source=source,
+                    subject=subject,
+                    data=data,
+                    filter=filter,
+                    start=start,
+                    policy=policy,
+                ),
+                namespace=self.namespace,
             )
             if chosen in self.code_subscriptions:
                 raise ConfigurationError(

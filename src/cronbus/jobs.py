@@ -122,7 +122,10 @@ class Jobs:
 
     async def add(self, name: str, task: str | Task[Any, Any], **options: Any) -> Job:
         """Create a job; the name must be new. Options are those of ``@app.job``."""
-        spec = build_spec(name, self._task(task), _options(options), source="api")
+        spec = replace(
+            build_spec(name, self._task(task), _options(options), source="api"),
+            namespace=self._app.namespace,
+        )
         trigger = trigger_of(spec, await self._app.store.get_calendars())
         if first_fire(trigger, self._app.clock.now()) is None:
             raise ConfigurationError(
@@ -156,6 +159,8 @@ class Jobs:
             del current["every"]
         # A code job changed by force stays a code job, so a sync still restores or disables it.
         spec = build_spec(name, task, _options({**current, **changes}), job.spec.source)
+        # A job stays in its namespace whatever changes.
+        spec = replace(spec, namespace=job.spec.namespace)
         if not new_trigger:
             spec = replace(spec, trigger=job.spec.trigger)
         # After the checks, so a bad option is reported as what it is, force or not.
@@ -202,14 +207,17 @@ class Jobs:
         return await self._app.store.get_job(_named(name))
 
     async def list(self) -> list[Job]:
-        """Every job."""
-        return await self._app.store.list_jobs()
+        """Every job of the app's namespace."""
+        return await self._app.store.list_jobs(namespace=self._app.namespace)
 
     async def sync(self) -> SyncReport:
         """Make the store's code-defined jobs match the app's: add new ones, update changed
-        ones, and disable (never delete) those no longer in the code."""
+        ones, and disable (never delete) those no longer in the code.
+
+        Only the app's namespace is synced: apps of other namespaces, sharing the store, keep
+        their code jobs whatever this app's code holds."""
         store, now = self._app.store, self._app.clock.now()
-        existing = {job.name: job for job in await store.list_jobs()}
+        existing = {job.name: job for job in await store.list_jobs(namespace=self._app.namespace)}
         calendars = await store.get_calendars()
         added: list[str] = []
         updated: list[str] = []

@@ -111,8 +111,12 @@ class Task(Generic[P, R]):
         priority: int | None = None,
         queue: str | None = None,
         idempotency_key: str | None = None,
+        namespace: str | None = None,
     ) -> NewRun:
-        """Validate one call and its options into a :class:`NewRun`, or raise saying why."""
+        """Validate one call and its options into a :class:`NewRun`, or raise saying why.
+
+        The run belongs to the app's namespace unless ``namespace`` names another (a
+        subscription's task target defers into the subscription's namespace)."""
         args_json, kwargs_json = encode_call(
             self.signature,
             self.name,
@@ -130,6 +134,7 @@ class Task(Generic[P, R]):
             max_attempts=self.retry.max_attempts,
             timeout=self.timeout,
             idempotency_key=check_key(idempotency_key),
+            namespace=self.app.namespace if namespace is None else namespace,
         )
 
     def using(

@@ -113,7 +113,8 @@ class Events:
         now = self.app.clock.now()
         limit = self.app.settings.max_payload_bytes
         news = [to_new_event(e, limit) for e in checked]
-        appended = await self.store.append(topic, news, now)
+        # A new topic is created in the app's namespace; a topic of another namespace refuses.
+        appended = await self.store.append(topic, news, now, namespace=self.app.namespace)
         return [
             Published(e.appended(topic=topic, offset=a.offset, published_at=now), a.created)
             for e, a in zip(checked, appended, strict=True)
@@ -151,8 +152,8 @@ class Events:
         return await self.store.get_topic(validate_topic(topic))
 
     async def topics(self) -> list[TopicInfo]:
-        """Every topic."""
-        return await self.store.list_topics()
+        """Every topic of the app's namespace."""
+        return await self.store.list_topics(namespace=self.app.namespace)
 
     async def set_retention(
         self, topic: str, *, max_age: float | None = None, max_events: int | None = None
@@ -242,6 +243,7 @@ class Subscriptions:
             policy=build_policy(**policy),
             origin=Origin.API,
             start=start,
+            namespace=self.app.namespace,
         )
         # The store's insert decides between concurrent adds of one name: the same definition
         # again is a no-op, another one raises SubscriptionExistsError.
@@ -276,8 +278,8 @@ class Subscriptions:
         return await self.store.get_subscription(check_name(name))
 
     async def list(self, topic: str | None = None) -> builtins.list[Subscription]:
-        """Every subscription (of ``topic``)."""
-        return await self.store.list_subscriptions(topic)
+        """Every subscription of the app's namespace (to ``topic``)."""
+        return await self.store.list_subscriptions(topic, namespace=self.app.namespace)
 
     async def pause(self, name: str) -> Subscription:
         """Stop pushing; events keep arriving and are delivered after ``resume``."""
@@ -372,9 +374,14 @@ class Subscriptions:
 
     async def sync(self) -> builtins.list[str]:
         """Store the code's handler subscriptions (``@app.subscribe``), and pause (never
-        delete) those no longer in the code, as jobs are; return the names paused."""
+        delete) those no longer in the code, as jobs are; return the names paused.
+
+        Only the app's namespace is synced, as for jobs."""
         now = self.app.clock.now()
-        stored = {sub.name: sub for sub in await self.store.list_subscriptions()}
+        stored = {
+            sub.name: sub
+            for sub in await self.store.list_subscriptions(namespace=self.app.namespace)
+        }
         for spec in self.app.code_subscriptions.values():
             current = stored.get(spec.name)
             if current is None or current.spec != spec:

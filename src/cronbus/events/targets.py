@@ -26,6 +26,7 @@ import aiohttp
 
 from ..errors import InvalidArgumentError, UnknownTaskError
 from ..model import NewRun
+from ..validation import DEFAULT_NAMESPACE
 from .event import Event
 from .handlers import HandlerPool
 from .masking import host_label, mask_url
@@ -230,11 +231,15 @@ class TaskTarget:
     """Defers a run of a task with the event (as its CloudEvents document) as argument.
 
     The run's idempotency key is the delivery's id, so a push repeated after a dispatcher died
-    defers one run, while a replay (a new delivery) defers a new one.
+    defers one run, while a replay (a new delivery) defers a new one. The run belongs to the
+    subscription's namespace (a dispatcher serves every namespace).
     """
 
-    def __init__(self, app: App, target: Mapping[str, Any]) -> None:
+    def __init__(
+        self, app: App, target: Mapping[str, Any], namespace: str = DEFAULT_NAMESPACE
+    ) -> None:
         self.app = app
+        self.namespace = namespace
         self.task: str = target["task"]
         self.queue: str | None = target.get("queue")
         self.label = f"task {self.task}"
@@ -254,9 +259,12 @@ class TaskTarget:
                 kwargs_json="{}",
                 eta=now,
                 idempotency_key=key,
+                namespace=self.namespace,
             )
         else:
-            run = task.prepare([doc], {}, now=now, queue=self.queue, idempotency_key=key)
+            run = task.prepare(
+                [doc], {}, now=now, queue=self.queue, idempotency_key=key, namespace=self.namespace
+            )
         (deferred,) = await self.app.store.defer([run], now)
         return PushResult(ok=True, response=f"run {deferred.id}")
 
@@ -303,7 +311,7 @@ def build_target(
     if kind is TargetKind.WEBHOOK:
         return WebhookTarget(client, spec.target, policy)
     if kind is TargetKind.TASK:
-        return TaskTarget(app, spec.target)
+        return TaskTarget(app, spec.target, spec.namespace)
     name = str(spec.target.get("handler"))
     handler = handlers.get(name)
     return HandlerTarget(handler, name, handler_pool) if handler is not None else None

@@ -53,7 +53,8 @@ class _Active:
 
 
 class Worker:
-    """Claims and executes runs of an app's tasks from some queues (by default every queue)."""
+    """Claims and executes runs of an app's tasks from some queues (by default every queue),
+    of the app's namespace only."""
 
     def __init__(
         self,
@@ -120,9 +121,10 @@ class Worker:
         ]
         capture.install()
         log.info(
-            "worker %s serving %s with concurrency %d",
+            "worker %s serving %s of namespace %s with concurrency %d",
             self.id,
             self.serving.describe(),
+            self.app.namespace,
             self.concurrency,
             extra={"action": "worker.start"},
         )
@@ -157,6 +159,8 @@ class Worker:
             started_at=now,
             heartbeat_at=now,
             state=state,
+            namespace=self.app.namespace,
+            tasks=sorted(self.app.tasks),
         )
 
     async def _drain(self) -> None:
@@ -282,7 +286,11 @@ class Worker:
     ) -> list[ClaimedRun]:
         """Record what ended and claim up to ``free`` runs, in one store transaction."""
         loop, now = asyncio.get_running_loop(), self.app.clock.now()
-        queues = await self.serving.refresh(self.store, now, loop.time()) if free else ()
+        queues = (
+            await self.serving.refresh(self.store, now, loop.time(), self.app.namespace)
+            if free
+            else ()
+        )
         shares = plan_shares(queues, free, self._rotation) if free and queues else []
         self._rotation += 1
         request = ClaimRequest(
@@ -290,6 +298,7 @@ class Worker:
             queues=[QueueShare(name=q, limit=n) for q, n in shares],
             limit=free if shares else 0,
             lease_seconds=self.settings.lease_seconds,
+            namespace=self.app.namespace,
         )
         done, claimed = await self.store.complete_and_claim(
             [outcome for _, outcome in ended], request, self.app.clock.now()
@@ -300,7 +309,7 @@ class Worker:
     async def _idle_timeout(self) -> float:
         timeout = self.settings.poll_seconds
         try:
-            eta = await self.store.next_eta(self.serving.eta_queues)
+            eta = await self.store.next_eta(self.serving.eta_queues, self.app.namespace)
         except Exception:
             return timeout
         if eta is not None:
@@ -359,9 +368,17 @@ class Worker:
 
     async def _heartbeat(self) -> None:
         mine = dict(self._active)
-        held = await self.store.heartbeat(
-            self.id, self.app.clock.now(), self.settings.lease_seconds
-        )
+        beat = await self.store.beat(self.id, self.app.clock.now(), self.settings.lease_seconds)
+        held = beat.held
+        if beat.drain_requested and not self._stopping.is_set():
+            # An operator's drain (`cronbus workers drain`, the API) is a SIGTERM from afar.
+            log.info(
+                "worker %s: drain requested by an operator; finishing running attempts, then "
+                "stopping",
+                self.id,
+                extra={"action": "worker.drain_requested"},
+            )
+            self.request_stop()
         still = {h.attempt_id: h for h in held}
         for attempt_id, active in mine.items():
             entry = still.get(attempt_id)

@@ -5,6 +5,10 @@ They are published while at least one subscription reads that topic (looked up e
 seconds), so a worker pays nothing for them otherwise. Each event's id is derived from the
 attempt and its claim's fence, so publishing one twice stores it once, while an attempt id that
 a crash handed out again (see :mod:`cronbus.store.fencing`) still gets events of its own.
+
+Outcomes of runs of a namespace other than ``default`` go to ``cronbus.runs.<namespace>``
+(:func:`runs_topic`): a topic belongs to one namespace, and one tenant's outcomes are not
+another's to read.
 """
 
 from __future__ import annotations
@@ -19,17 +23,24 @@ from ..events.records import NewEvent
 from ..model import ClaimedRun, Outcome
 from ..states import AttemptOutcome
 from ..store.ports import EventStore
+from ..validation import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
     from ..app import App
 
 RUNS_TOPIC = "cronbus.runs"
-"""The system topic of run outcomes."""
+"""The system topic of run outcomes (of the ``default`` namespace)."""
 SOURCE = "cronbus/worker"
 _REFRESH_SECONDS = 5.0
 _U64 = (1 << 64) - 1
 """A fence (a signed 64-bit integer) as 16 hexadecimal digits in event ids."""
 log = logging.getLogger("cronbus.worker")
+
+
+def runs_topic(namespace: str) -> str:
+    """The system topic of the run outcomes of ``namespace``: ``cronbus.runs`` for
+    ``default``, ``cronbus.runs.<namespace>`` for the others."""
+    return RUNS_TOPIC if namespace == DEFAULT_NAMESPACE else f"{RUNS_TOPIC}.{namespace}"
 
 
 def outcome_types(outcome: Outcome) -> list[str]:
@@ -75,10 +86,13 @@ def outcome_events(claimed: ClaimedRun, outcome: Outcome, now: float) -> list[Ne
 
 
 class RunEvents:
-    """Publishes a worker's recorded outcomes while someone subscribes to ``cronbus.runs``."""
+    """Publishes a worker's recorded outcomes while someone subscribes to its namespace's
+    ``cronbus.runs`` topic."""
 
     def __init__(self, app: App) -> None:
         self.app = app
+        self.topic = runs_topic(app.namespace)
+        """Where this worker's outcomes go."""
         self._wanted = False
         self._checked_at: float | None = None
         self._pending: set[asyncio.Task[None]] = set()
@@ -109,15 +123,15 @@ class RunEvents:
             now = self.app.clock.now()
             events = [e for claimed, o in recorded for e in outcome_events(claimed, o, now)]
             if events:
-                await self._store.append(RUNS_TOPIC, events, now)
+                await self._store.append(self.topic, events, now, namespace=self.app.namespace)
         except Exception:
-            log.exception("publishing %d run outcomes to %s failed", len(recorded), RUNS_TOPIC)
+            log.exception("publishing %d run outcomes to %s failed", len(recorded), self.topic)
 
     async def _subscribed(self) -> bool:
         now = self.app.clock.now()
         if self._checked_at is None or now - self._checked_at >= _REFRESH_SECONDS:
             self._checked_at = now
-            subs = await self._store.list_subscriptions(RUNS_TOPIC)
+            subs = await self._store.list_subscriptions(self.topic)
             self._wanted = any(not s.paused for s in subs)
         return self._wanted
 

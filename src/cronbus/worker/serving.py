@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from ..errors import ConfigurationError
 from ..fairness import EVERY_QUEUE, Queues, parse_queues, serves_every_queue
 from ..store.ports import Runs
-from ..validation import shorten
+from ..validation import DEFAULT_NAMESPACE, shorten
 
 REFRESH_SECONDS = 1.0
 """While busy, a worker serving every queue reads the list of queues with claimable runs at
@@ -79,17 +79,20 @@ class Serving:
         """The queues claims are shared among at the moment."""
         return self._ready if self.every else self.spec
 
-    async def refresh(self, store: Runs, now: float, clock: float) -> Queues:
+    async def refresh(
+        self, store: Runs, now: float, clock: float, namespace: str = DEFAULT_NAMESPACE
+    ) -> Queues:
         """The queues to share the next claim among, read again from ``store`` first when
         serving every queue and the list is stale or older than :data:`REFRESH_SECONDS` by
-        the monotonic ``clock``; ``now`` is the store's time (due scheduled runs count)."""
+        the monotonic ``clock``; ``now`` is the store's time (due scheduled runs count).
+        Only queues holding claimable runs of ``namespace`` count."""
         if not self.every:
             return self.spec
         if self._stale or clock >= self._read_at + REFRESH_SECONDS:
             # Cleared before the read: a wake-up arriving during it makes the list stale again.
             self._stale = False
             try:
-                names = await store.ready_queues(now)
+                names = await store.ready_queues(now, namespace)
             except BaseException:
                 self._stale = True
                 raise

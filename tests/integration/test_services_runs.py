@@ -196,3 +196,12 @@ async def test_admin_of_some_namespaces_only(opened: App) -> None:
     assert (await Services(opened, limited).runs.list()).items == []
     with pytest.raises(ForbiddenError):
         limited.require(Scope.ADMIN, None)
+
+
+async def test_idempotency_key_of_another_namespace(opened: App, services: Services) -> None:
+    await services.runs.defer("add", [1, 2], idempotency_key="shared")
+    other = Services(opened, OTHER, namespace="other")
+    # Keys are unique per store: the other namespace's run is neither returned nor shown.
+    with pytest.raises(ConflictError, match="taken by a run of another namespace"):
+        await other.runs.defer("add", [1, 2], idempotency_key="shared")
+    assert (await other.runs.list()).items == []

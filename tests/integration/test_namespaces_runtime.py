@@ -26,6 +26,8 @@ from cronbus.events.dispatcher import Dispatcher
 from cronbus.model import RunFilter, WorkerInfo, WorkerState
 from cronbus.scheduler import Scheduler
 from cronbus.states import RunState
+from cronbus.worker.engine import Worker
+from cronbus.worker.outcomes import RUNS_TOPIC, runs_topic
 
 TESTS = Path(__file__).resolve().parent.parent
 LEASE = "1.5"
@@ -405,3 +407,46 @@ async def test_a_drain_request_makes_a_worker_finish_its_run_and_exit_0(
     assert (await later.fetch_async()).state is RunState.QUEUED
     log = pool.log(0).read_text()
     assert "drain requested" in log
+
+
+async def test_a_sync_leaves_the_code_subscriptions_of_other_namespaces_alone(
+    apps: tuple[App, App],
+) -> None:
+    a, b = apps
+
+    @a.subscribe(topic="orders", name="a-handler")
+    def handled(event: object) -> None:
+        """A code subscription of a."""
+
+    await a.subscriptions.sync()
+    assert await b.subscriptions.sync() == []  # b's code has none, and a's is not b's to pause
+    sub = await a.subscriptions.get("a-handler")
+    assert sub.spec.namespace == "a"
+    assert not sub.paused
+
+
+async def test_run_outcomes_of_a_namespace_go_to_its_own_runs_topic(
+    apps: tuple[App, App], tmp_path: Path
+) -> None:
+    a, b = apps
+    topic = runs_topic("a")
+    assert topic == "cronbus.runs.a"
+    assert runs_topic("default") == RUNS_TOPIC
+    await a.subscriptions.add("a-runs", topic=topic, task="ns.event")
+    handle = await a.tasks["ns.record"].defer_async(1, str(tmp_path / "out"))
+    worker = Worker(a, concurrency=1)
+    running = asyncio.create_task(worker.run())
+    try:
+
+        async def published() -> bool:
+            return bool(await a.store.read_events(topic, 0, 10))
+
+        await until(published)
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(running, 30)
+    assert (await handle.fetch_async()).state is RunState.SUCCEEDED
+    (event,) = await a.store.read_events(topic, 0, 10)
+    assert event.type == "run.succeeded"
+    assert (await a.events.topic(topic)).namespace == "a"
+    assert await b.events.topics() == []

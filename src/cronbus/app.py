@@ -111,6 +111,20 @@ class App:
             raise ConfigurationError("the app is open; close it before changing its store")
         self._store_arg = store
 
+    def use_namespace(self, namespace: str) -> None:
+        """Move a closed app, with the jobs and subscriptions its code defines, to another
+        namespace (the CLI's ``--namespace`` does this after importing the app)."""
+        if self._store is not None:
+            raise ConfigurationError("the app is open; close it before changing its namespace")
+        self.namespace = check_namespace(namespace)
+        self.code_jobs = {
+            name: replace(spec, namespace=self.namespace) for name, spec in self.code_jobs.items()
+        }
+        self.code_subscriptions = {
+            name: replace(spec, namespace=self.namespace)
+            for name, spec in self.code_subscriptions.items()
+        }
+
     @property
     def store(self) -> Store:
         """The open store."""

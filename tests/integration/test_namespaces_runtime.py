@@ -235,6 +235,22 @@ def test_a_bad_namespace_is_refused_naming_the_field(
         assert caught.value.field == "namespace"
 
 
+def test_use_namespace_moves_a_closed_app_with_its_code_jobs_and_subscriptions(
+    sqlite_store: str,
+) -> None:
+    app = make_app(sqlite_store, "a")
+    app.job(name="nightly", cron="0 3 * * *", args=[1, "x"])(app.tasks["ns.record"])
+    app.subscribe(topic="orders", name="watch")(print)
+    app.use_namespace("b")
+    assert app.namespace == "b"
+    assert app.code_jobs["nightly"].namespace == "b"
+    assert app.code_subscriptions["watch"].namespace == "b"
+    with pytest.raises(InvalidArgumentError) as caught:
+        app.use_namespace("B")
+    assert caught.value.field == "namespace"
+    assert app.namespace == "b"
+
+
 async def test_runs_jobs_and_subscriptions_are_created_in_the_apps_namespace(
     apps: tuple[App, App],
 ) -> None:

@@ -19,9 +19,11 @@ from .events import events
 from .jobs import jobs
 from .loading import CronbusGroup
 from .migrate import migrate
+from .namespaces import namespaces
 from .roles import dispatcher, scheduler, server, worker
 from .runs import defer, runs
 from .subs import subs
+from .tokens import tokens
 from .workers import workers
 
 __all__ = ["cronbus", "main"]
@@ -53,6 +55,8 @@ for command in (
     subs,
     migrate,
     api,
+    tokens,
+    namespaces,
 ):
     cronbus.add_command(command)
 

@@ -25,7 +25,7 @@ from click.core import ParameterSource
 
 from ..errors import InvalidArgumentError
 from ..services import Services
-from ..services.access import DEFAULT_NAMESPACE, check_namespace
+from ..services.access import check_namespace
 from ..services.pages import MAX_LIMIT, Page
 from .loading import APP_HELP, STORE_HELP, resolve_app, run_with_app
 
@@ -81,12 +81,16 @@ def _namespace(ctx: click.Context, param: click.Parameter, value: str | None) ->
         raise click.BadParameter(str(exc)) from None
 
 
-def where_options(*, app_required: bool = False) -> Callable[[Callable[..., T]], Callable[..., T]]:
+def where_options(
+    *, app_required: bool = False, namespace_option: bool = True
+) -> Callable[[Callable[..., T]], Callable[..., T]]:
     """Add ``--app``, ``--store``, ``--url``, ``--token`` and ``--namespace`` to a command,
     which receives them as one ``where`` argument (:class:`Where`).
 
     ``app_required``: the command needs the app's tasks when it works on the store (``defer``,
-    ``jobs add``); through a server the server's app has them.
+    ``jobs add``); through a server the server's app has them. ``namespace_option=False``
+    leaves ``--namespace`` out, for commands that act on no one namespace (tokens) or take it
+    in another sense.
     """
 
     def decorate(fn: Callable[..., T]) -> Callable[..., T]:
@@ -97,9 +101,9 @@ def where_options(*, app_required: bool = False) -> Callable[[Callable[..., T]],
             store_url: str | None,
             url: str | None,
             token: str | None,
-            namespace: str | None,
             **kwargs: Any,
         ) -> T:
+            namespace = kwargs.pop("where_namespace", None)
             where = _where(app_spec, store_url, url, token, namespace)
             if app_required and not where.remote and where.app_spec is None:
                 raise click.UsageError(
@@ -108,15 +112,24 @@ def where_options(*, app_required: bool = False) -> Callable[[Callable[..., T]],
                 )
             return fn(*args, where=where, **kwargs)
 
-        options = (
+        options = [
             click.option(
                 "--app", "app_spec", metavar="MODULE:ATTR", envvar="CRONBUS_APP", help=APP_HELP
             ),
             click.option("--store", "store_url", metavar="URL", help=STORE_HELP),
             click.option("--url", metavar="URL", envvar=URL_VARIABLE, help=URL_HELP),
             click.option("--token", metavar="TOKEN", envvar=TOKEN_VARIABLE, help=TOKEN_HELP),
-            click.option("--namespace", metavar="NAME", callback=_namespace, help=NAMESPACE_HELP),
-        )
+        ]
+        if namespace_option:
+            options.append(
+                click.option(
+                    "--namespace",
+                    "where_namespace",
+                    metavar="NAME",
+                    callback=_namespace,
+                    help=NAMESPACE_HELP,
+                )
+            )
         decorated: Callable[..., T] = command
         for option in reversed(options):
             decorated = option(decorated)
@@ -171,7 +184,7 @@ def run_services(
 
 
 async def _remote(
-    url: str, token: str | None, namespace: str, work: Callable[[AnyServices], Awaitable[T]]
+    url: str, token: str | None, namespace: str | None, work: Callable[[AnyServices], Awaitable[T]]
 ) -> T:
     from ..client import RemoteServices
 
@@ -179,10 +192,12 @@ async def _remote(
         return await work(services)
 
 
-def _env_namespace() -> str:
+def _env_namespace() -> str | None:
+    """CRONBUS_NAMESPACE, checked; None when unset, so the server chooses (the token's only
+    namespace, else ``default``)."""
     raw = os.environ.get(NAMESPACE_VARIABLE, "").strip()
     if not raw:
-        return DEFAULT_NAMESPACE
+        return None
     try:
         return check_namespace(raw)
     except InvalidArgumentError as exc:

@@ -1,13 +1,14 @@
 """The `cronbus events` commands: publish to a topic, tail it, list topics, set retention.
 
-``tail`` reads a topic by offset like any pull consumer; ``--follow`` keeps reading with long
-polls (``app.events.read(..., wait=...)``), so a new event is printed as soon as it is durable,
-and Ctrl-C ends it cleanly (exit status 0). ``--json`` prints JSON lines there, one CloudEvent
+``tail`` reads a topic by offset like any pull consumer (the topics service's ``read``);
+``--follow`` keeps reading, polling when it reached the end, and Ctrl-C ends it cleanly (exit
+status 0). ``--json`` prints JSON lines there, one CloudEvent
 per line, because a stream that never ends cannot be one JSON document.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -17,21 +18,24 @@ from typing import Any
 
 import click
 
-from ..app import App
-from ..errors import SerializationError
+from ..errors import NotFoundError, SerializationError
 from ..events.bus import Published
-from ..events.event import DEFAULT_SOURCE, Event, make_event
+from ..events.event import Event
 from ..events.records import TopicInfo
 from ..serialization import parse_json
+from ..services import EventInput
+from ..services.pages import MAX_LIMIT
 from ..validation import shorten
 from . import render
-from .loading import CliError, CronbusGroup, app_options, resolve_app, run_with_app
+from .connect import AnyServices, Where, run_services, where_options
+from .loading import CliError, CronbusGroup
 from .subs_render import table
 
-_PAGE = 1000
-"""Events read per store round trip."""
-_WAIT_SECONDS = 5.0
-"""One long poll of ``tail --follow``: short enough to notice a closed pipe, long enough to idle."""
+_PAGE = MAX_LIMIT
+"""Events read per round trip (a page of the topics service, at most)."""
+_POLL_SECONDS = 0.5
+"""How long ``tail --follow`` waits at the end of a topic before it reads again: the topics
+service reads without waiting, so following is polling, twice a second."""
 _DEFAULT_LAST = 10
 _SHOWN = 80
 """Characters of a topic name that an error shows."""
@@ -74,7 +78,7 @@ def _read_data(ctx: click.Context, param: click.Parameter, value: str | None) ->
     "idempotency key of the publish.",
 )
 @click.option("--key", help="The ordering key of ordered subscriptions (default: the subject).")
-@app_options()
+@where_options()
 @_json_option
 def publish(
     topic: str,
@@ -84,21 +88,19 @@ def publish(
     subject: str | None,
     event_id: str | None,
     key: str | None,
-    app_spec: str | None,
-    store_url: str | None,
+    where: Where,
     as_json: bool,
 ) -> None:
     """Append one event to TOPIC and print its offset once it is durable."""
-    # Built (and so checked) before the store is opened: a refused event leaves no trace.
-    event = make_event(
-        type_, data, source=source or DEFAULT_SOURCE, subject=subject, id=event_id, key=key
+    event = EventInput(
+        type=type_, data=data, source=source or None, subject=subject, id=event_id, key=key
     )
 
-    async def append(app: App) -> Published:
-        (published,) = await app.events.publish_many(topic, [event])
+    async def append(services: AnyServices) -> Published:
+        (published,) = await services.topics.publish(topic, [event])
         return published
 
-    done = run_with_app(resolve_app(app_spec, store_url), append)
+    done = run_services(where, append)
     stored = done.event
     if as_json:
         render.print_json(
@@ -133,7 +135,7 @@ def publish(
     metavar="N",
     help="Stop after N events (with or without --follow).",
 )
-@app_options()
+@where_options()
 @click.option("--json", "as_json", is_flag=True, help="Print one CloudEvent per line (JSON lines).")
 def tail(
     topic: str,
@@ -141,8 +143,7 @@ def tail(
     last: int | None,
     follow: bool,
     limit: int | None,
-    app_spec: str | None,
-    store_url: str | None,
+    where: Where,
     as_json: bool,
 ) -> None:
     """Print the events of TOPIC in offset order: the last 10, or from --from OFFSET.
@@ -154,51 +155,61 @@ def tail(
     """
     if from_offset is not None and last is not None:
         raise click.UsageError("give --from or --last, not both")
-    app = resolve_app(app_spec, store_url)
 
-    async def read(app: App) -> None:
-        after = await _start(app, topic, from_offset, last)
-        await _print_events(app, topic, after, follow, limit, as_json)
+    async def read(services: AnyServices) -> None:
+        after = await _start(services, topic, from_offset, last)
+        await _print_events(services, topic, after, follow, limit, as_json)
 
     # Ctrl-C is how --follow ends: asyncio.run has cancelled the read and closed the app.
     with contextlib.suppress(KeyboardInterrupt):
-        run_with_app(app, read)
+        run_services(where, read)
 
 
-async def _start(app: App, topic: str, from_offset: int | None, last: int | None) -> int:
+async def _start(
+    services: AnyServices, topic: str, from_offset: int | None, last: int | None
+) -> int:
     """The offset to read after: before --from, or --last events before the topic's end.
 
     A topic nothing knows is refused, so a mistyped name is not an empty topic (or, with
     --follow, a wait for ever). A topic is known once it has had an event, or has retention
     settings or a subscription: those wait for their first event, and tail them quietly.
     """
-    info = await app.events.topic(topic)
-    if info.last_offset == 0 and not await _known(app, topic):
-        shown = topic if len(topic) <= _SHOWN else topic[: _SHOWN - 1] + "…"
+    shown = topic if len(topic) <= _SHOWN else topic[: _SHOWN - 1] + "…"
+    try:
+        info = await services.topics.get(topic)
+    except NotFoundError:
+        raise CliError(f"no such topic: {shown}") from None  # of another namespace
+    if info.last_offset == 0 and not await _known(services, topic):
         raise CliError(f"no such topic: {shown}")
     if from_offset is not None:
         return from_offset - 1
     return max(0, info.last_offset - (_DEFAULT_LAST if last is None else last))
 
 
-async def _known(app: App, topic: str) -> bool:
+async def _known(services: AnyServices, topic: str) -> bool:
     """True when the topic has settings or subscriptions, though no event yet."""
-    if any(info.name == topic for info in await app.events.topics()):
+    if any(info.name == topic for info in await services.topics.list()):
         return True
-    return bool(await app.subscriptions.list(topic))
+    return bool((await services.subscriptions.list(topic, limit=1)).items)
 
 
 async def _print_events(
-    app: App, topic: str, after: int, follow: bool, limit: int | None, as_json: bool
+    services: AnyServices,
+    topic: str,
+    after: int,
+    follow: bool,
+    limit: int | None,
+    as_json: bool,
 ) -> None:
     left = limit
     while left is None or left > 0:
         page = _PAGE if left is None else min(_PAGE, left)
-        found = await app.events.read(
-            topic, after=after, limit=page, wait=_WAIT_SECONDS if follow else 0.0
-        )
-        if not found and not follow:
-            return
+        found = (await services.topics.read(topic, after=after, limit=page)).items
+        if not found:
+            if not follow:
+                return
+            await asyncio.sleep(_POLL_SECONDS)  # at the end of the topic: look again soon
+            continue
         for event in found:
             _print_event(event, as_json)
         if found:
@@ -224,11 +235,11 @@ def _print_event(event: Event, as_json: bool) -> None:
 
 # -- topics and retention ------------------------------------------------------------------------
 @events.command("topics")
-@app_options()
+@where_options()
 @_json_option
-def topics(app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+def topics(where: Where, as_json: bool) -> None:
     """List topics: first and last offset, events kept, retention."""
-    found = run_with_app(resolve_app(app_spec, store_url), lambda app: app.events.topics())
+    found = run_services(where, lambda services: services.topics.list())
     if as_json:
         render.print_json([topic_json(info) for info in found])
     else:
@@ -300,14 +311,13 @@ def _limit(ctx: click.Context, param: click.Parameter, value: str | None) -> lis
     metavar="N|none",
     help="Keep at most the newest N events; 'none' removes the limit.",
 )
-@app_options()
+@where_options()
 @_json_option
 def retention(
     topic: str,
     max_age: list[float | None],
     max_events: list[float | None],
-    app_spec: str | None,
-    store_url: str | None,
+    where: Where,
     as_json: bool,
 ) -> None:
     """Show or set how long TOPIC keeps its events.
@@ -317,17 +327,16 @@ def retention(
     still needs.
     """
 
-    async def change(app: App) -> TopicInfo:
-        info = await app.events.topic(topic)
+    async def change(services: AnyServices) -> TopicInfo:
+        info = await services.topics.get(topic)
         if not max_age and not max_events:
             return info
         age = max_age[0] if max_age else info.max_age
         count = max_events[0] if max_events else info.max_events
         whole = None if count is None else int(count)
-        await app.events.set_retention(topic, max_age=age, max_events=whole)
-        return await app.events.topic(topic)
+        return await services.topics.set_retention(topic, max_age=age, max_events=whole)
 
-    info = run_with_app(resolve_app(app_spec, store_url), change)
+    info = run_services(where, change)
     if as_json:
         render.print_json(topic_json(info))
     else:

@@ -187,7 +187,9 @@ def resolve_app(app_spec: str | None, store_url: str | None) -> App:
     return app
 
 
-CREATING_COMMANDS = frozenset({"defer", "jobs add", "subs add", "events publish"})
+CREATING_COMMANDS = frozenset(
+    {"defer", "jobs add", "subs add", "events publish", "tokens create", "namespaces create"}
+)
 """The commands that may create the store they name: those that add something to it. Every
 other resource command works on a store that exists, so a mistyped ``--store`` says "no such
 store" instead of making an empty one and reporting that it holds nothing (roles and

@@ -12,21 +12,14 @@ from datetime import UTC, datetime
 import click
 from rich.text import Text
 
-from ..app import App
-from ..events.records import Delivery, DeliveryAttempt, Origin, Subscription, TopicInfo
+from ..events.records import Delivery, Origin, Subscription
 from ..events.states import DeliveryState
+from ..services import DeliveryDetail, ReplayResult, SubscriptionView
 from . import render
-from .loading import (
-    CliError,
-    CronbusGroup,
-    app_options,
-    parse_states,
-    resolve_app,
-    run_with_app,
-)
-from .subs_add import add, json_option, name_argument, read_seen
+from .connect import AnyServices, Where, collect, run_services, where_options
+from .loading import CliError, CronbusGroup, parse_states
+from .subs_add import add, json_option, name_argument
 from .subs_render import (
-    Seen,
     attempt_json,
     deliveries_table,
     delivery_json,
@@ -53,20 +46,15 @@ subs.add_command(add)
 # -- list and show -------------------------------------------------------------------------------
 @subs.command("list")
 @click.option("--topic", help="Only subscriptions of this topic.")
-@app_options()
+@where_options()
 @json_option
-def list_subs(
-    topic: str | None, app_spec: str | None, store_url: str | None, as_json: bool
-) -> None:
+def list_subs(topic: str | None, where: Where, as_json: bool) -> None:
     """List subscriptions: topic, target, filter, state, cursor, lag and the pushing dispatcher."""
 
-    async def read(app: App) -> list[Seen]:
-        found = await app.subscriptions.list(topic)
-        ends = {info.name: info.last_offset for info in await app.events.topics()}
-        now = app.clock.now()
-        return [Seen(sub, ends.get(sub.topic, 0), now) for sub in found]
+    async def read(services: AnyServices) -> list[SubscriptionView]:
+        return await collect(lambda n, c: services.subscriptions.list(topic, n, c), sys.maxsize)
 
-    seen = run_with_app(resolve_app(app_spec, store_url), read)
+    seen = run_services(where, read)
     if as_json:
         render.print_json([subscription_json(s) for s in seen])
     elif not seen:
@@ -77,77 +65,70 @@ def list_subs(
 
 @subs.command("show")
 @name_argument
-@app_options()
+@where_options()
 @json_option
-def show(name: str, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+def show(name: str, where: Where, as_json: bool) -> None:
     """Show a subscription: its definition, cursor and lag, and its deliveries by state."""
-
-    async def read(app: App) -> tuple[Seen, dict[DeliveryState, int]]:
-        seen = await read_seen(app, await app.subscriptions.get(name))
-        return seen, await app.subscriptions.counts(name)
-
-    seen, counts = run_with_app(resolve_app(app_spec, store_url), read)
-    every = {state.value: counts.get(state, 0) for state in DeliveryState}
+    seen = run_services(where, lambda services: services.subscriptions.get(name))
+    counts = seen.deliveries or {}
+    every = {state.value: counts.get(state.value, 0) for state in DeliveryState}
     if as_json:
         render.print_json({**subscription_json(seen), "deliveries": every})
         return
     out = render.console()
-    out.print(Text.assemble(f"subscription {name}  ", state_text(seen.sub)))
+    out.print(Text.assemble(f"subscription {name}  ", state_text(seen.subscription)))
     out.print(subscription_fields(seen, every))
 
 
 # -- pause, resume, delete, replay ---------------------------------------------------------------
 @subs.command("pause")
 @name_argument
-@app_options()
+@where_options()
 @json_option
-def pause(name: str, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+def pause(name: str, where: Where, as_json: bool) -> None:
     """Stop pushing; events keep arriving and are delivered after resume."""
-    _set_paused(name, True, app_spec, store_url, as_json)
+    _set_paused(name, True, where, as_json)
 
 
 @subs.command("resume")
 @name_argument
-@app_options()
+@where_options()
 @json_option
-def resume(name: str, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+def resume(name: str, where: Where, as_json: bool) -> None:
     """Push again (also after cronbus disabled it, e.g. on a 410 Gone)."""
-    _set_paused(name, False, app_spec, store_url, as_json)
+    _set_paused(name, False, where, as_json)
 
 
-def _set_paused(
-    name: str, paused: bool, app_spec: str | None, store_url: str | None, as_json: bool
-) -> None:
-    async def change(app: App) -> Seen:
+def _set_paused(name: str, paused: bool, where: Where, as_json: bool) -> None:
+    async def change(services: AnyServices) -> SubscriptionView:
         if paused:
-            return await read_seen(app, await app.subscriptions.pause(name))
-        return await read_seen(app, await app.subscriptions.resume(name))
+            return await services.subscriptions.pause(name)
+        return await services.subscriptions.resume(name)
 
-    seen = run_with_app(resolve_app(app_spec, store_url), change)
+    seen = run_services(where, change)
     if as_json:
         render.print_json(subscription_json(seen))
     else:
-        render.console().print(f"subscription {name}: ", state_text(seen.sub), sep="")
+        render.console().print(f"subscription {name}: ", state_text(seen.subscription), sep="")
 
 
 @subs.command("delete")
 @name_argument
 @click.option("--yes", is_flag=True, help="Do not ask (required when stdin is not a terminal).")
-@app_options()
-def delete(name: str, yes: bool, app_spec: str | None, store_url: str | None) -> None:
+@where_options()
+def delete(name: str, yes: bool, where: Where) -> None:
     """Delete a subscription with its cursor and deliveries (dead ones too).
 
     Asks first when stdin is a terminal; elsewhere (scripts) --yes is required.
     """
 
-    async def remove(app: App) -> Subscription:
-        sub = await app.subscriptions.get(name)
+    async def remove(services: AnyServices) -> Subscription:
+        sub = (await services.subscriptions.get(name)).subscription
         if not yes:
             _confirm(sub)
-        await app.subscriptions.remove(name)
-        return sub
+        return (await services.subscriptions.delete(name)).subscription
 
-    sub = run_with_app(resolve_app(app_spec, store_url), remove)
+    sub = run_services(where, remove)
     click.echo(f"subscription {name} deleted")
     if sub.spec.origin is Origin.CODE:
         click.echo("note: it is defined in the app's code, and comes back when a dispatcher starts")
@@ -192,15 +173,9 @@ def _replay_from(ctx: click.Context, param: click.Parameter, value: str) -> tupl
     help="The first offset to deliver again, or a time: ISO 8601 (UTC when it has no offset) "
     "or @epoch-seconds; events published at or after it are delivered again.",
 )
-@app_options()
+@where_options()
 @json_option
-def replay(
-    name: str,
-    start: tuple[str, float],
-    app_spec: str | None,
-    store_url: str | None,
-    as_json: bool,
-) -> None:
+def replay(name: str, start: tuple[str, float], where: Where, as_json: bool) -> None:
     """Move a subscription's cursor, so events from that point are matched and pushed again.
 
     Replayed events become new deliveries, with the event id as their idempotency key.
@@ -210,60 +185,22 @@ def replay(
     """
     kind, value = start
 
-    async def move(app: App) -> tuple[int, Seen, TopicInfo]:
-        before = (await app.subscriptions.get(name)).cursor
+    async def move(services: AnyServices) -> ReplayResult:
         if kind == "offset":
-            sub = await app.subscriptions.replay(name, offset=int(value))
-        else:
-            sub = await app.subscriptions.replay(name, since=value)
-        return before, await read_seen(app, sub), await app.events.topic(sub.topic)
+            return await services.subscriptions.replay(name, offset=int(value))
+        return await services.subscriptions.replay(name, since=value)
 
-    before, seen, topic = run_with_app(resolve_app(app_spec, store_url), move)
-    # Clamped: the store stopped the cursor at the topic's end, short of what was asked.
-    clamped = kind == "offset" and seen.sub.cursor < int(value) - 1
+    done = run_services(where, move)
     if as_json:
         render.print_json(
-            {**subscription_json(seen), "previous_cursor": before, "clamped": clamped}
+            {
+                **subscription_json(done.subscription),
+                "previous_cursor": done.previous_cursor,
+                "clamped": done.clamped,
+            }
         )
         return
-    click.echo(_replay_message(name, kind, value, before, seen, topic, clamped))
-
-
-def _replay_message(
-    name: str,
-    kind: str,
-    value: float,
-    before: int,
-    seen: Seen,
-    topic: TopicInfo,
-    clamped: bool,
-) -> str:
-    """What a replay did, in one line (and why, when the cursor stopped at the topic's end)."""
-    cursor, end = seen.sub.cursor, seen.topic_end
-    if clamped:
-        message = (
-            f"subscription {name}: the topic ends at offset {end}; {_moved(before, end)}; "
-            "events published from now on are delivered"
-        )
-    elif kind == "since" and cursor == end:
-        when = datetime.fromtimestamp(value, UTC).isoformat(timespec="seconds")
-        message = (
-            f"subscription {name}: no event of {topic.name} was published at or after {when}; "
-            f"{_moved(before, end)}, the topic's end; events published from now on are delivered"
-        )
-    else:
-        message = (
-            f"subscription {name}: cursor moved from {before} to {cursor}; "
-            f"{seen.lag} event offset{'' if seen.lag == 1 else 's'} to match again"
-        )
-    first = topic.first_offset
-    if first is not None and first > cursor + 1:
-        message += f" (retention removed the events below offset {first})"
-    return message
-
-
-def _moved(before: int, cursor: int) -> str:
-    return f"cursor moved to {cursor}" if before != cursor else f"cursor stays at {cursor}"
+    click.echo(done.message)
 
 
 # -- deliveries and attempts ---------------------------------------------------------------------
@@ -278,25 +215,19 @@ def _moved(before: int, cursor: int) -> str:
     "separate states with commas.",
 )
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
-@app_options()
+@where_options()
 @json_option
 def deliveries(
-    name: str,
-    states: tuple[DeliveryState, ...],
-    limit: int,
-    app_spec: str | None,
-    store_url: str | None,
-    as_json: bool,
+    name: str, states: tuple[DeliveryState, ...], limit: int, where: Where, as_json: bool
 ) -> None:
     """List a subscription's deliveries, newest first."""
 
-    async def read(app: App) -> list[Delivery]:
-        await app.subscriptions.get(name)  # an unknown name is an error, not an empty list
-        return await app.subscriptions.deliveries(
-            name, states=[s.value for s in states], limit=limit
+    async def read(services: AnyServices) -> list[Delivery]:
+        return await collect(
+            lambda n, c: services.subscriptions.deliveries(name, list(states), n, c), limit
         )
 
-    found = run_with_app(resolve_app(app_spec, store_url), read)
+    found = run_services(where, read)
     if as_json:
         render.print_json([delivery_json(d) for d in found])
     elif not found:
@@ -307,17 +238,14 @@ def deliveries(
 
 @subs.command("attempts")
 @click.argument("delivery_id", metavar="DELIVERY_ID", type=int)
-@app_options()
+@where_options()
 @json_option
-def attempts(delivery_id: int, app_spec: str | None, store_url: str | None, as_json: bool) -> None:
+def attempts(delivery_id: int, where: Where, as_json: bool) -> None:
     """List a delivery's attempts, oldest first: outcome, HTTP status, error, response."""
-
-    async def read(app: App) -> tuple[Delivery, list[DeliveryAttempt]]:
-        delivery = await app.subscriptions.store.get_delivery(delivery_id)
-        return delivery, await app.subscriptions.attempts(delivery_id)
-
-    delivery, found = run_with_app(resolve_app(app_spec, store_url), read)
+    detail: DeliveryDetail = run_services(
+        where, lambda services: services.subscriptions.delivery(delivery_id)
+    )
     if as_json:
-        render.print_json([attempt_json(a) for a in found])
+        render.print_json([attempt_json(a) for a in detail.attempts])
         return
-    print_attempts(delivery, found)
+    print_attempts(detail.delivery, detail.attempts)

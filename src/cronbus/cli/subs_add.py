@@ -13,17 +13,17 @@ from typing import Any
 
 import click
 
-from ..app import App
 from ..errors import InvalidArgumentError, SerializationError, SubscriptionExistsError
 from ..events.bus import build_filter, build_policy, check_name
 from ..events.event import validate_topic
-from ..events.records import Subscription
 from ..events.targets import check_target, check_url
 from ..serialization import parse_json
+from ..services import SubscriptionInput, SubscriptionView
 from ..validation import shorten
 from . import render
-from .loading import CliError, app_options, resolve_app, run_with_app
-from .subs_render import Seen, subscription_json
+from .connect import AnyServices, Where, run_services, where_options
+from .loading import CliError, load_app
+from .subs_render import subscription_json
 
 _HEADER = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+):(.*)")
 
@@ -163,7 +163,7 @@ def _filter(ctx: click.Context, param: click.Parameter, value: str | None) -> di
 @click.option(
     "--replace", is_flag=True, help="Redefine an existing subscription (its cursor is kept)."
 )
-@app_options()
+@where_options()
 @json_option
 def add(
     name: str,
@@ -179,8 +179,7 @@ def add(
     queue: str | None,
     start: str,
     replace: bool,
-    app_spec: str | None,
-    store_url: str | None,
+    where: Where,
     as_json: bool,
     **policy: Any,
 ) -> None:
@@ -197,39 +196,38 @@ def add(
     check_target(target)
     spec = build_filter(types or None, sources or None, subjects or None, filter=filter_spec)
     build_policy(**options)
-    app = resolve_app(app_spec, store_url)
-    if task is not None and app_spec is not None:
-        app.get_task(task)
+    if task is not None and where.app_spec is not None:
+        load_app(where.app_spec).get_task(task)  # the app at hand knows its tasks
+    given = SubscriptionInput(
+        name=name,
+        topic=topic,
+        webhook=webhook,
+        secrets=list(secrets),
+        headers=headers,
+        task=task,
+        queue=queue,
+        filter=spec,
+        start=start,
+        replace_existing=replace,
+        **options,
+    )
 
-    async def create(app: App) -> Seen:
+    async def create(services: AnyServices) -> SubscriptionView:
         # The store's insert decides: the same definition again is a no-op, another one is
         # refused, so two concurrent adds of one name cannot overwrite each other.
         try:
-            sub = await app.subscriptions.add(
-                name,
-                topic=topic,
-                webhook=webhook,
-                secrets=list(secrets),
-                headers=headers,
-                task=task,
-                queue=queue,
-                filter=spec,
-                start=start,
-                replace_existing=replace,
-                **options,
-            )
+            return await services.subscriptions.create(given)
         except SubscriptionExistsError:
             raise CliError(
                 f"a subscription named {name!r} exists with another definition; "
                 "use --replace to redefine it"
             ) from None
-        return await read_seen(app, sub)
 
-    seen = run_with_app(app, create)
+    seen = run_services(where, create)
     if as_json:
         render.print_json(subscription_json(seen))
     else:
-        click.echo(f"subscription {name} on {topic}, cursor at offset {seen.sub.cursor}")
+        click.echo(f"subscription {name} on {topic}, cursor at offset {seen.subscription.cursor}")
 
 
 def _target(
@@ -251,9 +249,3 @@ def _target(
     if secrets or headers:
         raise click.UsageError("--secret and --header go with --webhook, not --task")
     return {"kind": "task", "task": task, "queue": queue}
-
-
-async def read_seen(app: App, sub: Subscription) -> Seen:
-    """A subscription with its topic's last offset, read now."""
-    info = await app.events.topic(sub.topic)
-    return Seen(sub, info.last_offset, app.clock.now())

@@ -12,16 +12,16 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from ..events.masking import public_target, short_url
+from ..events.masking import short_url
 from ..events.records import Delivery, DeliveryAttempt, Subscription
 from ..events.states import DeliveryState
+from ..services import SubscriptionView
 from . import render
 
 _STATE_STYLES = {"active": "green", "paused": "yellow", "disabled": "bold red"}
@@ -39,39 +39,20 @@ _MIN_TARGET = 16
 _FILTER_WIDTH = 24
 
 
-@dataclass(frozen=True, slots=True)
-class Seen:
-    """A subscription as read at ``now``, with its topic's last offset."""
-
-    sub: Subscription
-    topic_end: int
-    now: float
-
-    @property
-    def lag(self) -> int:
-        """Offsets of the topic past the cursor."""
-        return max(0, self.topic_end - self.sub.cursor)
-
-    @property
-    def holder(self) -> str | None:
-        """The dispatcher pushing it, while its lease lasts."""
-        expires = self.sub.lease_expires_at
-        return self.sub.holder if expires is not None and expires > self.now else None
-
-
 # -- JSON ----------------------------------------------------------------------------------------
-def subscription_json(seen: Seen) -> dict[str, Any]:
-    """A subscription as a JSON object (webhook secrets are not shown, only their count)."""
-    sub = seen.sub
+def subscription_json(seen: SubscriptionView) -> dict[str, Any]:
+    """A subscription as a JSON object (webhook secrets are not shown, only their count: the
+    services mask the target before it leaves them)."""
+    sub = seen.subscription
     return {
         "name": sub.name,
         "topic": sub.topic,
-        "target": public_target(sub.spec.target),
+        "target": dict(sub.spec.target),
         "filter": sub.spec.filter,
         "policy": sub.spec.policy.to_json(),
         "origin": sub.spec.origin.value,
         "start": sub.spec.start,
-        "state": subscription_state(sub),
+        "state": seen.state,
         "disabled_reason": sub.disabled_reason,
         "cursor": sub.cursor,
         "topic_end": seen.topic_end,
@@ -164,7 +145,7 @@ def filter_summary(spec: dict[str, Any]) -> str:
     return " ".join(parts) or "all"
 
 
-def print_subs(seen: Sequence[Seen]) -> None:
+def print_subs(seen: Sequence[SubscriptionView]) -> None:
     """Print subscriptions as a table, with their lag behind the topic's end.
 
     The target gets the width the other columns leave (at least ``_MIN_TARGET``), so at 80
@@ -174,12 +155,12 @@ def print_subs(seen: Sequence[Seen]) -> None:
     columns = ("NAME", "STATE", "TOPIC", "TARGET", "FILTER", "CURSOR", "LAG", "HOLDER")
     cells = [
         (
-            s.sub.name,
-            subscription_state(s.sub),
-            s.sub.topic,
-            s.sub.spec.target,
-            first_line(filter_summary(s.sub.spec.filter), _FILTER_WIDTH),
-            str(s.sub.cursor),
+            s.subscription.name,
+            s.state,
+            s.subscription.topic,
+            s.subscription.spec.target,
+            first_line(filter_summary(s.subscription.spec.filter), _FILTER_WIDTH),
+            str(s.subscription.cursor),
             str(s.lag),
             _short_holder(s.holder),
         )
@@ -216,14 +197,14 @@ def _short_holder(holder: str | None) -> str:
     return holder.removeprefix("dispatcher-")
 
 
-def subscription_fields(seen: Seen, counts: dict[str, int]) -> Table:
+def subscription_fields(seen: SubscriptionView, counts: dict[str, int]) -> Table:
     """Every field of one subscription, with its delivery counts, as a grid."""
-    sub = seen.sub
+    sub = seen.subscription
     policy = sub.spec.policy
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    target = public_target(sub.spec.target)
+    target = sub.spec.target  # masked by the services
     rows: builtins.list[tuple[str, str]] = [
         ("topic", sub.topic),
         ("target", target["url"] if target.get("kind") == "webhook" else target_summary(target)),

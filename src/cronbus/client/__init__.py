@@ -19,10 +19,13 @@ from types import TracebackType
 
 import httpx
 
+from .admin import RemoteNamespaces, RemoteTokens
 from .dead_letters import RemoteDeadLetters
 from .http import ServerUnreachableError, Transport
 from .jobs import RemoteJobs
 from .runs import RemoteRuns
+from .subscriptions import RemoteSubscriptions
+from .topics import RemoteTopics
 from .workers import RemoteWorkers
 
 __all__ = ["RemoteServices", "ServerUnreachableError"]
@@ -51,6 +54,15 @@ class RemoteServices:
         """Dead runs and deliveries: list, requeue, purge."""
         self.workers = RemoteWorkers(self.http)
         """Workers: list, get, drain (prune works on the store only)."""
+        self.topics = RemoteTopics(self.http)
+        """Topics: list, get, publish, read, set_retention."""
+        self.subscriptions = RemoteSubscriptions(self.http)
+        """Subscriptions: list, get, create, update, delete, pause, resume, replay,
+        deliveries, delivery."""
+        self.tokens = RemoteTokens(self.http)
+        """API tokens (admin): create, list, revoke."""
+        self.namespaces = RemoteNamespaces(self.http)
+        """Namespaces: list, create, delete (admin)."""
 
     def __repr__(self) -> str:
         return f"<RemoteServices url={self.url!r} namespace={self.namespace!r}>"

@@ -264,3 +264,14 @@ def dead(run_id: int, attempt_id: int) -> Outcome:
         outcome=AttemptOutcome.FAILED,
         error=ErrorInfo(type="E", message="m"),
     )
+
+
+async def test_a_subscription_cannot_read_a_topic_of_another_namespace(store: Store) -> None:
+    await store.append("orders", [event(1)], T0, namespace="a")
+    with pytest.raises(ConflictError, match="topic 'orders' belongs to namespace 'a'"):
+        await store.put_subscription(sub("spy", "b"), T0)
+    with pytest.raises(ConflictError):
+        await store.put_subscription(sub("spy", "b"), T0, create=True)
+    assert await store.list_subscriptions() == []
+    mine = await store.put_subscription(sub("mine", "a"), T0)
+    assert (mine.spec.namespace, mine.cursor) == ("a", 1)

@@ -357,7 +357,8 @@ class Subscriptions(Protocol):
         the insert (no race between two adds): an existing subscription with the same
         definition is returned unchanged, one with another definition raises
         :class:`~cronbus.errors.SubscriptionExistsError`. Names are unique per store: replacing
-        a subscription of another namespace raises :class:`~cronbus.errors.ConflictError`.
+        a subscription of another namespace raises :class:`~cronbus.errors.ConflictError`, and
+        so does reading a topic that exists in another namespace.
         """
 
     async def get_subscription(self, name: str) -> Subscription:

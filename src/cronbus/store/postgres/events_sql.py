@@ -190,6 +190,8 @@ ON CONFLICT (name) DO UPDATE SET
 WHERE s.namespace = excluded.namespace
 RETURNING {SUBSCRIPTION_COLUMNS}
 """
+# A subscription reads a topic of its own namespace only.
+TOPIC_NAMESPACE = "SELECT namespace FROM topics WHERE name = %s"
 # Names are unique per store: a replace never moves a subscription to another namespace.
 SUBSCRIPTION_NAMESPACE = "SELECT namespace FROM subscriptions WHERE name = %s"
 GET_SUBSCRIPTION = f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE name = %s"

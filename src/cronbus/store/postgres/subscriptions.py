@@ -73,6 +73,9 @@ class PostgresSubscriptions(Connected):
                 f"subscription {spec.name!r}: start must be 'latest' or 'earliest', "
                 f"not {spec.start!r}"
             )
+        owner = await self._db.one(q.TOPIC_NAMESPACE, (spec.topic,))
+        if owner is not None and owner[0] != spec.namespace:
+            raise ConflictError(f"topic {spec.topic!r} belongs to namespace {owner[0]!r}")
         params = _subscription_params(spec, now)
         if not create:
             row = await self._db.one(q.PUT_SUBSCRIPTION, params)

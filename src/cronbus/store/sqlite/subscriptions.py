@@ -178,6 +178,8 @@ def _put_subscription(
     """Upsert, or with ``create`` insert only: the insert decides between concurrent adds (the
     write lock is held from the insert to the read that follows)."""
     row = conn.execute(q.TOPIC_LAST_OFFSET, (spec.topic,)).fetchone()
+    if row is not None and row[1] != spec.namespace:
+        raise ConflictError(f"topic {spec.topic!r} belongs to namespace {row[1]!r}")
     cursor = row[0] if row is not None and spec.start == "latest" else 0
     params = q.subscription_params(spec, cursor, now)
     if create:

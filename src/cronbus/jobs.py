@@ -11,21 +11,22 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date
 from typing import TYPE_CHECKING, Any
 
-from .errors import CodeJobError, ConfigurationError, JobExistsError
+from .errors import CodeJobError, ConfigurationError
 from .handle import RunHandle
 from .job_specs import JobOptions, build_spec, check_job_name
 from .model import Fire, Job, JobSpec, Misfire
 from .store.logic import job_run
 from .task import Task
-from .triggers import Trigger, next_fires, trigger_from_spec
+from .triggers import Trigger, trigger_from_spec
 from .validation import check_int, check_label
 
 if TYPE_CHECKING:
     from .app import App
+    from .services.jobs import JobsService
 
 __all__ = [
     "JobOptions",
@@ -44,7 +45,6 @@ NEXT_LIMIT = 10_000
 """The most fire times ``Jobs.next`` computes at once."""
 _SYNC_BATCH = 1000
 """Jobs stored per transaction by a sync."""
-_TRIGGER_OPTIONS = ("cron", "every", "after", "at", "tz", "start", "end", "jitter", "exclude")
 
 
 # -- planning (pure) ---------------------------------------------------------------------------
@@ -120,21 +120,23 @@ class Jobs:
     def __init__(self, app: App) -> None:
         self._app = app
 
+    # The use cases live in the jobs service (cronbus.services.jobs), written once for the
+    # Python API, the CLI and the HTTP API; these methods are the local caller's door to it.
+    def _service(self, namespace: str | None = None) -> JobsService:
+        from .services import Services  # the services import this module
+
+        return Services(self._app, namespace=namespace).jobs
+
+    async def _of(self, name: str) -> JobsService:
+        """The service of the job's own namespace: names are unique per store, and a local
+        caller may reach a job of any namespace by its name (it stays in its namespace)."""
+        job = await self._app.store.get_job(_named(name))
+        return self._service(job.spec.namespace)
+
     async def add(self, name: str, task: str | Task[Any, Any], **options: Any) -> Job:
-        """Create a job; the name must be new. Options are those of ``@app.job``."""
-        spec = replace(
-            build_spec(name, self._task(task), _options(options), source="api"),
-            namespace=self._app.namespace,
-        )
-        trigger = trigger_of(spec, await self._app.store.get_calendars())
-        if first_fire(trigger, self._app.clock.now()) is None:
-            raise ConfigurationError(
-                f"job {name!r} would never fire: its {trigger.describe()} has no fire after now"
-            )
-        try:
-            return await self._put(spec, create=True)
-        except JobExistsError:
-            raise JobExistsError(f"a job named {name!r} exists; use update to change it") from None
+        """Create a job in the app's namespace; the name must be new. Options are those of
+        ``@app.job``."""
+        return await self._service().create(name, task, _options(options))
 
     async def update(self, name: str, *, force: bool = False, **changes: Any) -> Job:
         """Change a job. To change its schedule give its whole trigger (cron/every/after/at,
@@ -143,64 +145,32 @@ class Jobs:
         A job defined in code is changed only with ``force=True`` (and a warning): the next
         scheduler start restores it from the code (:class:`~cronbus.errors.CodeJobError`).
         """
-        job = await self._app.store.get_job(_named(name))
-        task = self._task(changes.pop("task", job.spec.task))
-        unknown = set(changes) - set(JobOptions.__dataclass_fields__)
-        if unknown:
-            raise ConfigurationError(f"unknown job option(s): {', '.join(sorted(unknown))}")
-        new_trigger = any(changes.get(k) is not None for k in ("cron", "every", "after", "at"))
-        if not new_trigger and any(k in changes for k in _TRIGGER_OPTIONS):
-            raise ConfigurationError(
-                "to change a job's schedule give cron, every, after or at, with its tz, start, "
-                "end and jitter"
-            )
-        current = _current(job.spec)
-        if new_trigger:
-            del current["every"]
-        # A code job changed by force stays a code job, so a sync still restores or disables it.
-        spec = build_spec(name, task, _options({**current, **changes}), job.spec.source)
-        # A job stays in its namespace whatever changes.
-        spec = replace(spec, namespace=job.spec.namespace)
-        if not new_trigger:
-            spec = replace(spec, trigger=job.spec.trigger)
-        # After the checks, so a bad option is reported as what it is, force or not.
-        code_job_guard(job, "changed", force)
-        return await self._put(spec, keep_schedule=not new_trigger and job.next_fire_at)
+        return await (await self._of(name)).update(name, changes, force=force)
 
     async def pause(self, name: str) -> Job:
         """Stop a job from firing until it is resumed."""
-        return await self._app.store.set_job_paused(_named(name), True, None, self._app.clock.now())
+        return await (await self._of(name)).pause(name)
 
     async def resume(self, name: str) -> Job:
         """Let a paused job fire again, from its next fire after now."""
-        job = await self._app.store.get_job(_named(name))
-        if not job.spec.paused:
-            return job
-        now = self._app.clock.now()
-        trigger = trigger_of(job.spec, await self._app.store.get_calendars())
-        return await self._app.store.set_job_paused(name, False, first_fire(trigger, now), now)
+        return await (await self._of(name)).resume(name)
 
     async def remove(self, name: str, *, force: bool = False) -> None:
         """Delete a job (its runs stay). A job still defined in code is deleted only with
         ``force=True`` (and a warning): the next scheduler start brings it back from the code."""
-        code_job_guard(await self._app.store.get_job(_named(name)), "removed", force)
-        await self._app.store.delete_job(name)
+        await (await self._of(name)).delete(name, force=force)
 
     async def trigger(self, name: str) -> RunHandle:
         """Fire a job now, once, outside its schedule (the schedule is unchanged)."""
-        job = await self._app.store.get_job(_named(name))
-        now = self._app.clock.now()
-        (done,) = await self._app.store.defer([job_run(job, now, now)], now)
-        return RunHandle(self._app, done.id, created=done.created)
+        run = await (await self._of(name)).trigger(name)
+        return RunHandle(self._app, run.id)
 
     async def next(self, name: str, count: int = 5) -> list[float]:
-        """The job's next ``count`` fire times (epoch seconds), as its trigger would plan them."""
+        """The job's next ``count`` fire times (epoch seconds), as its trigger plans them: none
+        while paused, disabled or finished; an ``after`` job's next one only."""
         check_int(count, "count", 0, NEXT_LIMIT)
-        job = await self._app.store.get_job(_named(name))
-        trigger = trigger_of(job.spec, await self._app.store.get_calendars())
-        if job.next_fire_at is None or count == 0:
-            return []
-        return [job.next_fire_at, *next_fires(trigger, job.next_fire_at, max(0, count - 1))]
+        service = await self._of(name)
+        return [] if count == 0 else await service.next_fires(name, count)
 
     async def get(self, name: str) -> Job:
         """One job."""
@@ -247,17 +217,6 @@ class Jobs:
                 extra={"action": "job.disabled"},
             )
         return SyncReport(added=added, updated=updated, disabled=disabled)
-
-    async def _put(
-        self, spec: JobSpec, keep_schedule: float | bool | None = None, *, create: bool = False
-    ) -> Job:
-        now = self._app.clock.now()
-        keep_at = keep_schedule if isinstance(keep_schedule, float) else None
-        calendars = (
-            {} if spec.paused or keep_at is not None else await self._app.store.get_calendars()
-        )
-        following = _following(spec, keep_at, calendars, now)
-        return await self._app.store.put_job(spec, following, now, create=create)
 
     def _task(self, task: str | Task[Any, Any]) -> Task[Any, Any]:
         if isinstance(task, Task):

@@ -147,7 +147,9 @@ class RunsService:
         """
         if run.state not in WAITING:
             return []
-        workers = await self._c.store.list_workers(self._c.now(), self._c.settings.lease_seconds)
+        workers = await self._c.store.list_workers(
+            self._c.now(), self._c.settings.lease_seconds, namespace=run.namespace
+        )
         serving = [w for w in workers if _live(w, run.namespace) and serves(w.queues, run.queue)]
         if not serving:
             return [

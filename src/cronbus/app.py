@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .clock import Clock, SystemClock
 from .config import Settings
@@ -26,6 +26,9 @@ from .retry import Retry
 from .store import Store, default_url, open_store
 from .task import Isolation, Task
 from .validation import DEFAULT_NAMESPACE, check_namespace
+
+if TYPE_CHECKING:
+    from .services import Access, Services
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -362,6 +365,14 @@ class App:
     def publish_many(self, topic: str, events: Sequence[Event]) -> list[Event]:
         """:meth:`publish_many_async`, blocking."""
         return self.blocking(self.publish_many_async(topic, events))
+
+    def services(self, access: Access | None = None, namespace: str | None = None) -> Services:
+        """The service layer over this app's store (:mod:`cronbus.services`): every use case
+        of the CLI and the HTTP API, for ``access`` (default: local, admin of everything) in
+        ``namespace`` (default: the app's). The app must be open when a method is called."""
+        from .services import LOCAL, Services  # the services import this module's siblings
+
+        return Services(self, access or LOCAL, namespace)
 
     def get_task(self, name: str) -> Task[Any, Any]:
         """The task registered under ``name``."""

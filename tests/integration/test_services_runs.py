@@ -205,3 +205,12 @@ async def test_idempotency_key_of_another_namespace(opened: App, services: Servi
     with pytest.raises(ConflictError, match="taken by a run of another namespace"):
         await other.runs.defer("add", [1, 2], idempotency_key="shared")
     assert (await other.runs.list()).items == []
+
+
+async def test_app_services_default_to_local_in_the_apps_namespace(opened: App) -> None:
+    services = opened.services()
+    assert services.namespace == opened.namespace
+    assert services.access.scope is Scope.ADMIN
+    shop = opened.services(READER, namespace="shop")
+    with pytest.raises(ForbiddenError):
+        await shop.runs.list()

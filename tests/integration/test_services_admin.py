@@ -22,13 +22,13 @@ from cronbus.errors import (
 )
 from cronbus.job_specs import JobOptions
 from cronbus.services import LOCAL, Access, Scope, Services
-from integration.test_services_fixtures import READER, WRITER, open_app
+from integration.test_services_fixtures import READER, STORES, WRITER, open_on
 
 
-@pytest.fixture
-async def opened(tmp_path: Path) -> AsyncIterator[App]:
-    """The tasks' app on a fresh SQLite file."""
-    async with open_app(tmp_path) as app:
+@pytest.fixture(params=STORES)
+async def opened(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[App]:
+    """The tasks' app on a fresh SQLite file or PostgreSQL schema."""
+    async with open_on(request, tmp_path) as app:
         yield app
 
 

@@ -15,13 +15,13 @@ from cronbus.events.records import DeliveryOutcome, DeliveryResult
 from cronbus.events.states import DeliveryState
 from cronbus.services import LOCAL, DeadLetterKind, EventInput, Services, SubscriptionInput
 from cronbus.states import AttemptOutcome, RunState
-from integration.test_services_fixtures import OTHER, READER, end_run, open_app
+from integration.test_services_fixtures import OTHER, READER, STORES, end_run, open_on
 
 
-@pytest.fixture
-async def opened(tmp_path: Path) -> AsyncIterator[App]:
-    """The tasks' app on a fresh SQLite file."""
-    async with open_app(tmp_path) as app:
+@pytest.fixture(params=STORES)
+async def opened(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[App]:
+    """The tasks' app on a fresh SQLite file or PostgreSQL schema."""
+    async with open_on(request, tmp_path) as app:
         yield app
 
 

@@ -21,15 +21,15 @@ from cronbus.errors import (
 )
 from cronbus.services import LOCAL, EventInput, Services, SubscriptionInput
 from integration.test_services_dead_letters import dead_delivery
-from integration.test_services_fixtures import OTHER, READER, open_app
+from integration.test_services_fixtures import OTHER, READER, STORES, open_on
 
 SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
-@pytest.fixture
-async def opened(tmp_path: Path) -> AsyncIterator[App]:
-    """The tasks' app on a fresh SQLite file."""
-    async with open_app(tmp_path) as app:
+@pytest.fixture(params=STORES)
+async def opened(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[App]:
+    """The tasks' app on a fresh SQLite file or PostgreSQL schema."""
+    async with open_on(request, tmp_path) as app:
         yield app
 
 

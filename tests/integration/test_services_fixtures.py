@@ -7,6 +7,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
+
+from contract.pg import pg_store_url
 from cronbus import App
 from cronbus.config import Settings
 from cronbus.model import ClaimRequest, ErrorInfo, Outcome, QueueShare
@@ -30,6 +33,21 @@ def send(to: str) -> None:
 READER = Access(actor="reader", scope=Scope.READ, namespaces=frozenset({"default"}))
 WRITER = Access(actor="writer", scope=Scope.WRITE, namespaces=frozenset({"default"}))
 OTHER = Access(actor="other", scope=Scope.WRITE, namespaces=frozenset({"other"}))
+
+
+STORES = ("sqlite", "postgres")
+"""The stores each service test runs on (``opened`` fixtures take them as params)."""
+
+
+@contextlib.asynccontextmanager
+async def open_on(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[App]:
+    """The tasks' app on a fresh store of the kind ``request.param`` names: a SQLite file
+    in ``tmp_path``, or a PostgreSQL schema dropped after the test."""
+    store: str | Path = tmp_path
+    if request.param == "postgres":
+        store = await pg_store_url(request)
+    async with open_app(store) as opened:
+        yield opened
 
 
 @contextlib.asynccontextmanager

@@ -20,13 +20,13 @@ from cronbus.errors import (
 )
 from cronbus.job_specs import JobOptions
 from cronbus.services import LOCAL, RunQuery, Services
-from integration.test_services_fixtures import OTHER, READER, open_app
+from integration.test_services_fixtures import OTHER, READER, STORES, open_on
 
 
-@pytest.fixture
-async def opened(tmp_path: Path) -> AsyncIterator[App]:
-    """The tasks' app on a fresh SQLite file."""
-    async with open_app(tmp_path) as app:
+@pytest.fixture(params=STORES)
+async def opened(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[App]:
+    """The tasks' app on a fresh SQLite file or PostgreSQL schema."""
+    async with open_on(request, tmp_path) as app:
         yield app
 
 

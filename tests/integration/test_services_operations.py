@@ -16,13 +16,14 @@ from cronbus.errors import ForbiddenError, InvalidArgumentError, NotFoundError
 from cronbus.services import LOCAL, Services, SubscriptionInput, stats
 from cronbus.services import operations as ops
 from cronbus.states import AttemptOutcome, RunState
-from integration.test_services_fixtures import OTHER, READER, end_run, open_app
+from integration.test_services_fixtures import OTHER, READER, STORES, end_run, open_on
 
 
-@pytest.fixture
-async def opened(tmp_path: Path) -> AsyncIterator[App]:
-    """The tasks' app on a fresh SQLite file; operations end before it closes."""
-    async with open_app(tmp_path) as app:
+@pytest.fixture(params=STORES)
+async def opened(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[App]:
+    """The tasks' app on a fresh SQLite file or PostgreSQL schema; operations end before it
+    closes."""
+    async with open_on(request, tmp_path) as app:
         yield app
         await ops.wait_all()
 

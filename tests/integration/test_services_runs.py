@@ -23,16 +23,17 @@ from cronbus.states import AttemptOutcome, RunState
 from integration.test_services_fixtures import (
     OTHER,
     READER,
+    STORES,
     WRITER,
     end_run,
-    open_app,
+    open_on,
 )
 
 
-@pytest.fixture
-async def opened(tmp_path: Path) -> AsyncIterator[App]:
-    """The tasks' app on a fresh SQLite file."""
-    async with open_app(tmp_path) as app:
+@pytest.fixture(params=STORES)
+async def opened(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[App]:
+    """The tasks' app on a fresh SQLite file or PostgreSQL schema."""
+    async with open_on(request, tmp_path) as app:
         yield app
 
 

@@ -1,0 +1,310 @@
+"""Schemathesis over the HTTP API's own OpenAPI document, against a live ``cronbus api`` server
+on loopback with a seeded store (SQLite file, then a PostgreSQL schema).
+
+Every operation gets cases generated from its schema, valid ones and invalid ones, sent with an
+admin token; then, for operations with a path parameter, valid cases aimed at resources that
+exist (the ids and names the seed made, in the namespace that holds them), so the run reaches
+past the 404s into the handlers. Each response must not be a 5xx, and its status code, media
+type, headers and body must be those the document declares. Operations run reads first, then
+changes, then deletions, so the seeded resources are still there while they are read.
+
+Bounded for CI: a fixed number of cases per operation, generated deterministically
+(``derandomize``), so two runs send the same requests. Failures are collected, not raised
+mid-run (no shrinking, every operation still runs), and the test fails listing each distinct
+one with a curl command to reproduce it. The number of cases run is printed (``-s``) and
+recorded as the ``schemathesis_cases`` property of the test (junit XML).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+from schemathesis import Case, GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.core.failures import FailureGroup
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from apps.api_app import app as api_app
+from contract.pg import pg_store_url
+from integration.api_seed import OTHER_NAMESPACE, Seeded, seed
+
+TESTS = Path(__file__).resolve().parent.parent
+
+SCALE = float(os.environ.get("CRONBUS_SCHEMATHESIS_SCALE") or 1.0)
+"""Multiplies the case counts below: CI runs 1; a longer hunt by hand may run 10."""
+POSITIVE_EXAMPLES = 6
+"""Valid cases per operation (path parameters generated: mostly unknown resources)."""
+NEGATIVE_EXAMPLES = 3
+"""Invalid cases per operation (wrong types, missing fields, values out of range)."""
+KNOWN_EXAMPLES = 8
+"""Valid cases per operation with a path parameter, aimed at seeded resources."""
+BACKEND_SHARE = {"sqlite": 1.0, "postgres": 0.5}
+"""PostgreSQL runs the same operations with half the cases: the first run covers the API's
+own logic, the second what differs by backend, within the suite's time."""
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
+"""What every response is checked for."""
+
+# Seeded resources that live in the other namespace: requests for them name it.
+IN_OTHER_NAMESPACE = {"shop-sync", "shop.events"}
+
+
+@dataclass
+class Served:
+    """A live API server over a seeded store."""
+
+    url: str
+    seeded: Seeded
+    log: Path
+    share: float
+    """How many of the cases this backend runs (:data:`BACKEND_SHARE`)."""
+
+    def examples(self, count: int) -> int:
+        """``count`` cases scaled for this run, at least one."""
+        return max(1, round(count * SCALE * self.share))
+
+
+@dataclass
+class Report:
+    """What a run sent and found."""
+
+    cases: int = 0
+    statuses: Counter[int] = field(default_factory=Counter)
+    failures: dict[str, dict[str, str]] = field(default_factory=dict)
+    """A report of each distinct failure, by operation and kind."""
+
+    def fail(self, label: str, group: FailureGroup) -> None:
+        """Keep the first report of each kind of failure (check and status) per operation."""
+        found = self.failures.setdefault(label, {})
+        for failure in group.exceptions:
+            found.setdefault(f"{failure.code} {failure.title}", str(group))
+
+    def describe(self) -> str:
+        """Every distinct failure, by operation."""
+        lines = [f"{sum(map(len, self.failures.values()))} distinct failures:"]
+        for label, found in self.failures.items():
+            for kind, message in found.items():
+                lines += [f"== {label}: {kind}", message]
+        return "\n".join(lines)
+
+
+def _start(store: str, log: Path) -> subprocess.Popen[bytes]:
+    """``cronbus api`` on a free loopback port (port 0: it announces the one it got)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        # The run sends far more than a person would; the rate limit is tested elsewhere.
+        "CRONBUS_API_RATE": "10000000",
+    }
+    command = [sys.executable, "-m", "cronbus", "api", "--app", "apps.api_app:app"]
+    command += ["--store", store, "--host", "127.0.0.1", "--port", "0", "--log-level", "WARNING"]
+    with log.open("wb") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _announced(proc: subprocess.Popen[bytes], log: Path, timeout: float = 20.0) -> str:
+    """The URL the server says it listens on, once it says so."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
+        if found:
+            return found.group(1)
+        if proc.poll() is not None:
+            raise AssertionError(f"cronbus api exited {proc.returncode}:\n{log.read_text()}")
+        time.sleep(0.02)  # polling a file the server writes: nothing to wait on instead
+    raise AssertionError(f"cronbus api did not announce a URL in {timeout} s:\n{log.read_text()}")
+
+
+def _healthy(url: str, timeout: float = 20.0) -> None:
+    """Poll ``/v1/health`` until it answers 200."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/v1/health", timeout=2.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"{url}/v1/health did not answer 200 within {timeout} s")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def served(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Served]:
+    """The API over a freshly seeded store, served by a ``cronbus api`` subprocess."""
+    if request.param == "postgres":
+        store = await pg_store_url(request)
+    else:
+        store = f"sqlite:///{tmp_path / 'api.db'}"
+    api_app.use_store(store)
+    async with api_app:
+        seeded = await seed(api_app)
+    log = tmp_path / "api.log"
+    proc = _start(store, log)
+    try:
+        url = await asyncio.to_thread(_announced, proc, log)
+        await asyncio.to_thread(_healthy, url)
+        yield Served(url=url, seeded=seeded, log=log, share=BACKEND_SHARE[request.param])
+    finally:
+        _stop(proc)
+
+
+def _phase_order(label: str) -> tuple[int, str]:
+    """Reads first, then changes, then deletions (and revocations), each by path."""
+    method, path = label.split(" ", 1)
+    if method == "GET":
+        rank = 0
+    elif method == "DELETE" or path.endswith("/purge"):
+        rank = 2
+    else:
+        rank = 1
+    return rank, label
+
+
+def _known(seeded: Seeded, path: str) -> tuple[str, list[Any]] | None:
+    """The path parameter of ``path`` and the seeded values it can take, if any."""
+    names = re.findall(r"{(\w+)}", path)
+    if not names:
+        return None
+    (name,) = names
+    values: list[Any]
+    if name == "name":
+        if path.startswith("/v1/jobs"):
+            values = list(seeded.jobs)
+        elif path.startswith("/v1/subscriptions"):
+            values = list(seeded.subscriptions)
+        else:
+            values = list(seeded.namespaces)
+    else:
+        values = seeded.path_values()[name]
+    return (name, values) if values else None
+
+
+def _namespace_of(value: Any) -> str:
+    return OTHER_NAMESPACE if value in IN_OTHER_NAMESPACE else "default"
+
+
+def _run_cases(
+    strategy: st.SearchStrategy[Case],
+    examples: int,
+    send: Callable[[Case], None],
+) -> None:
+    """Draw ``examples`` cases (deterministically) and send each; nothing raised here stops
+    the run: ``send`` records failures itself."""
+
+    @settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=strategy)
+    def run(case: Case) -> None:
+        send(case)
+
+    # Unsatisfiable: nothing to make invalid (an operation without parameters or body).
+    with contextlib.suppress(Unsatisfiable):
+        run()
+
+
+def fuzz(served: Served) -> Report:
+    """Run every operation of the served document; return what was sent and found."""
+    report = Report()
+    auth = {"Authorization": f"Bearer {served.seeded.admin_token}"}
+    schema = schemathesis.openapi.from_url(f"{served.url}/openapi.json")
+    operations = sorted(
+        (result.ok() for result in schema.get_all_operations()), key=lambda o: _phase_order(o.label)
+    )
+    assert len(operations) > 40, [o.label for o in operations]
+    with requests.Session() as session:
+
+        def send(case: Case) -> None:
+            report.cases += 1
+            response = case.call(base_url=served.url, session=session, headers=auth)
+            report.statuses[response.status_code] += 1
+            try:
+                case.validate_response(response, checks=CHECKS, headers=auth)
+            except FailureGroup as group:
+                report.fail(case.operation.label, group)
+
+        for operation in operations:
+            for mode, examples in (
+                (GenerationMode.POSITIVE, POSITIVE_EXAMPLES),
+                (GenerationMode.NEGATIVE, NEGATIVE_EXAMPLES),
+            ):
+                strategy = operation.as_strategy(generation_mode=mode)
+                _run_cases(strategy, served.examples(examples), send)
+            known = _known(served.seeded, operation.path)
+            if known is None:
+                continue
+            name, values = known
+
+            def aimed(value: Any, operation: Any = operation, name: str = name) -> Any:
+                where = _namespace_of(value)
+                return operation.as_strategy(
+                    path_parameters={name: value},
+                    query={"namespace": where},
+                    headers={"x-cronbus-namespace": where},
+                )
+
+            strategy = st.sampled_from(values).flatmap(aimed)
+            _run_cases(strategy, served.examples(max(KNOWN_EXAMPLES, len(values))), send)
+    return report
+
+
+@pytest.mark.timeout(600)  # about 40 s per backend; more on a loaded machine or a longer hunt
+def test_schemathesis_finds_no_server_error_and_no_schema_break(
+    served: Served, record_property: Callable[[str, object], None]
+) -> None:
+    started = time.monotonic()
+    report = fuzz(served)
+    took = time.monotonic() - started
+    statuses = dict(sorted(report.statuses.items()))
+    print(f"\nschemathesis: {report.cases} cases in {took:.1f} s against {served.url}; {statuses}")
+    record_property("schemathesis_cases", report.cases)
+    record_property("schemathesis_statuses", statuses)
+    # The run reached the handlers: successes, not only refusals.
+    assert report.statuses[200] + report.statuses[201] > report.cases // 10, statuses
+    assert report.cases > 300 * SCALE * served.share, report.cases
+    assert not report.failures, report.describe() + f"\nserver log: {served.log.read_text()}"

@@ -152,3 +152,25 @@ async def test_stats_are_cached_for_a_few_seconds(services: Services, opened: Ap
     assert caught.value.field == "window_seconds"
     other = Services(opened, OTHER, namespace="other")
     assert (await other.stats.counts())[RunState.DEAD] == 0
+
+
+async def test_an_operation_without_progress_is_abandoned(services: Services, opened: App) -> None:
+    store = opened.store
+    op = await store.put_operation(
+        namespace="default",
+        kind="runs.retry",
+        request={"ids": [1]},
+        created_by="gone",
+        now=opened.clock.now() - ops.STALE_AFTER - 1,
+    )
+    await store.update_operation(
+        op.id, opened.clock.now() - ops.STALE_AFTER - 1, state=OperationState.RUNNING, total=1
+    )
+    seen = await services.operations.get(op.id)
+    assert seen.state is OperationState.FAILED
+    assert seen.error is not None
+    assert seen.error.startswith("abandoned")
+    fresh = await ended(services, await services.operations.start("runs.retry", ids=[1]))
+    assert fresh.state is OperationState.SUCCEEDED  # run 1 does not exist: a failed item
+    assert fresh.error is not None
+    assert "abandoned" not in fresh.error

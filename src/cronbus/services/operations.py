@@ -33,6 +33,8 @@ BATCH = 100
 """Items handled between two saves of an operation's progress."""
 MAX_ITEMS = 100_000
 """The most items one operation handles (a larger filter is refused: narrow it)."""
+STALE_AFTER = 600.0
+"""Seconds without progress after which a running operation is taken for abandoned."""
 _ERRORS_KEPT = 5
 """Failures quoted in an operation's ``error`` (the count says how many there were)."""
 _RUN_FILTER = ("states", "task", "queue", "job", "created_after", "created_before")
@@ -103,7 +105,24 @@ class OperationsService:
         except NotFoundError:
             raise missing from None
         self._c.owns(op.namespace, missing)
-        return op
+        return await self._abandoned(op)
+
+    async def _abandoned(self, op: Operation) -> Operation:
+        """End an operation whose runner is gone (its process stopped): one that has not
+        moved for :data:`STALE_AFTER` seconds is marked failed, saying so, so that nobody
+        waits for it for ever. A live runner saves its progress after every batch."""
+        now = self._c.now()
+        if op.state.terminal or now - op.updated_at < STALE_AFTER:
+            return op
+        return await self._c.store.update_operation(
+            op.id,
+            now,
+            state=OperationState.FAILED,
+            error=(
+                f"abandoned: no progress for {STALE_AFTER:.0f} s (the process running it "
+                f"stopped) after {op.done + op.failed} of {op.total} items"
+            ),
+        )
 
     async def list(self, limit: int = DEFAULT_LIMIT, cursor: str | None = None) -> Page[Operation]:
         """Operations of the namespace, newest first, a page at a time."""
@@ -111,7 +130,8 @@ class OperationsService:
         limit = check_limit(limit)
         before = None if cursor is None else decode_cursor(cursor, _CURSOR)["b"]
         found = await self._c.store.list_operations(self._c.namespace, limit + 1, before)
-        return page_of(found, limit, lambda op: {"b": op.id})
+        shown = [await self._abandoned(op) for op in found]
+        return page_of(shown, limit, lambda op: {"b": op.id})
 
     async def abort(self, operation_id: int) -> Operation:
         """Stop an operation: items not handled yet are left alone (those handled stay

@@ -34,10 +34,12 @@ __all__ = ["cronbus", "main"]
 def cronbus() -> None:
     """cronbus: a distributed job scheduler and event-push platform.
 
-    Role commands (server, worker, scheduler, dispatcher) run until stopped with SIGTERM or
-    Ctrl-C. Resource commands (jobs, runs, dlq, defer, workers, events, subs, migrate) read and
-    change the store named by --store, else by the --app's store, else by CRONBUS_STORE, else
-    sqlite:///./cronbus.db. Errors are one line on stderr and exit status 1.
+    Role commands (server, worker, scheduler, dispatcher, api) run until stopped with SIGTERM
+    or Ctrl-C. Resource commands (jobs, runs, dlq, defer, workers, events, subs, tokens,
+    namespaces) read and change the store named by --store, else by the --app's store, else
+    by CRONBUS_STORE, else sqlite:///./cronbus.db; or, with --url (CRONBUS_URL) and --token
+    (CRONBUS_TOKEN), work through a cronbus API server, with the same output. migrate works
+    on the store only. Errors are one line on stderr and exit status 1.
     """
 
 

@@ -178,6 +178,8 @@ def run_services(
         namespace = where.namespace or _env_namespace()
         return asyncio.run(_remote(where.url, where.token, namespace, work))
     app = resolve_app(where.app_spec, where.store_url)
+    if where.namespace is not None:
+        app.use_namespace(where.namespace)  # the app's code jobs and tasks live there too
     return run_with_app(
         app, lambda opened: work(Services(opened, namespace=where.namespace)), create=create
     )

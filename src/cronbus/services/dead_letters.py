@@ -21,8 +21,8 @@ from ..store.ports import EVENTS_CHANNEL
 from ..task import check_queue
 from ..validation import check_identifier, check_label, shorten
 from .context import Context, naming
+from .deliveries import list_deliveries
 from .pages import DEFAULT_LIMIT, Page, check_limit, decode_cursor, encode_cursor
-from .subscriptions import list_deliveries
 from .views import DeadLetter, DeadLetterKind, DeadLetterResult
 
 _CURSOR = {"r": int, "d": int}

@@ -19,6 +19,7 @@ from ..events.targets import to_event
 from ..validation import check_int, check_seconds, check_topic, shorten
 from .context import Context, guess_field, naming
 from .pages import Page, check_limit, decode_cursor, encode_cursor
+from .subscription_rules import has_row
 from .views import EventInput
 
 MAX_BATCH = 1_000
@@ -62,7 +63,7 @@ class TopicsService:
         with naming("topic"):
             name = validate_topic(name)
         info = await self._c.store.get_topic(name)
-        if info.namespace != self._c.namespace and _exists(info):
+        if info.namespace != self._c.namespace and has_row(info):
             raise NotFoundError(f"no topic named {name!r}")
         return info
 
@@ -172,8 +173,3 @@ class TopicsService:
             "topics.set_retention", topic, {"max_age": max_age, "max_events": max_events}
         )
         return await self._c.store.get_topic(info.name)
-
-
-def _exists(info: TopicInfo) -> bool:
-    """True when a topic has a row: events ever written, or retention set."""
-    return bool(info.last_offset or info.events or info.max_age or info.max_events)

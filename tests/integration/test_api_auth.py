@@ -71,10 +71,20 @@ async def test_a_token_acts_only_in_its_namespaces(api: Api) -> None:
 async def test_namespace_choice_is_checked(api: Api) -> None:
     bad = await api.call("GET", "/v1/runs", params={"namespace": "Not Valid"})
     problem(bad, 422, "namespace")
-    clash = await api.call(
-        "GET", "/v1/runs", params={"namespace": "a"}, headers={"X-Cronbus-Namespace": "b"}
+    problem(await api.call("GET", "/v1/runs", headers={"X-Cronbus-Namespace": "A B"}), 422)
+    # The query says which when both do: an admin of every namespace may read "shop".
+    await api.call("POST", "/v1/namespaces", json={"name": "shop"})
+    both = await api.call(
+        "GET", "/v1/runs", params={"namespace": "shop"}, headers={"X-Cronbus-Namespace": "x"}
     )
-    problem(clash, 422, "namespace")
+    assert both.status_code == 200
+    read_shop = await api.headers("read", ["shop"])
+    refused = await api.client.get(
+        "/v1/runs",
+        params={"namespace": "default"},
+        headers={**read_shop, "X-Cronbus-Namespace": "shop"},
+    )
+    problem(refused, 403)
     long = await api.call("GET", "/v1/runs", params={"namespace": "n" * 64})
     problem(long, 422, "namespace")
 

@@ -4,8 +4,8 @@ calls.
 
 A request without a token, or with one that is unknown, revoked or expired, is refused with 401
 (``WWW-Authenticate: Bearer``); a known token then takes one request from its rate (429 beyond
-it). The namespace is the ``namespace`` query parameter or the ``X-Cronbus-Namespace`` header;
-by default the token's only namespace, else ``default``. Whether the token may act there is the
+it). The namespace is the ``namespace`` query parameter, else the ``X-Cronbus-Namespace``
+header, else the token's only namespace, else ``default``. Whether the token may act there is the
 services' to say (403).
 """
 
@@ -17,10 +17,12 @@ from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..admin_records import DEFAULT_NAMESPACE
-from ..errors import InvalidArgumentError, UnauthorizedError
+from ..errors import UnauthorizedError
 from ..services import Access, Services
 from .state import api_state
 
+NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+"""The namespace grammar (:func:`cronbus.services.access.check_namespace`), for the schema."""
 MAX_TOKEN_LENGTH = 200
 """Our tokens are about 60 characters; anything much longer is not one (and is not hashed)."""
 
@@ -65,14 +67,8 @@ async def current_access(
 
 
 def choose_namespace(access: Access, query: str | None, header: str | None) -> str:
-    """The namespace a request acts in: as asked (query or header, which must then agree), else
-    the token's only namespace, else ``default``."""
-    if query is not None and header is not None and query != header:
-        raise InvalidArgumentError(
-            f"the namespace query parameter ({query!r}) and the X-Cronbus-Namespace header "
-            f"({header!r}) disagree; give one",
-            field="namespace",
-        )
+    """The namespace a request acts in: the query parameter, else the header, else the token's
+    only namespace, else ``default``."""
     asked = query if query is not None else header
     if asked is not None:
         return asked
@@ -87,14 +83,17 @@ async def services(
     namespace: Annotated[
         str | None,
         Query(
-            max_length=63,
-            description="The namespace to act in (default: the token's only namespace, else "
-            "`default`).",
+            pattern=NAMESPACE_PATTERN,
+            description="The namespace to act in (default: the X-Cronbus-Namespace header, "
+            "else the token's only namespace, else `default`).",
         ),
     ] = None,
     x_cronbus_namespace: Annotated[
         str | None,
-        Header(max_length=63, description="The namespace to act in, if no query parameter."),
+        Header(
+            pattern=NAMESPACE_PATTERN,
+            description="The namespace to act in, when the query does not say.",
+        ),
     ] = None,
 ) -> Services:
     """The services for the caller in the chosen namespace."""

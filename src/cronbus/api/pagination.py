@@ -23,8 +23,8 @@ Limit = Annotated[
 Cursor = Annotated[
     str | None,
     Query(
-        min_length=1,
         max_length=1000,
+        pattern=r"^[A-Za-z0-9_-]+$",
         description="Where the page starts: the cursor of the previous page's `next` link.",
     ),
 ]

@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from ..errors import (
     ConfigurationError,
@@ -183,6 +184,17 @@ def field_name(loc: Sequence[Any]) -> str:
 def http_problem(exc: HTTPException, instance: str | None = None) -> ProblemResponse:
     """Starlette's own errors (no such route, method not allowed) as problems."""
     detail: str | None = exc.detail if isinstance(exc.detail, str) else None
+    if exc.status_code == 400:
+        # FastAPI's answer to a body it cannot read (bytes that are not UTF-8 JSON): bad input
+        # like any other, so a 422 naming the body.
+        message = "the body is not JSON text (UTF-8)"
+        return problem(
+            422,
+            "invalid-argument",
+            message,
+            instance=instance,
+            errors=[FieldProblem(field="body", message=message)],
+        )
     if exc.status_code == 404 and detail == "Not Found":
         detail = f"no such endpoint: {instance}"
     elif exc.status_code == 405 and detail == "Method Not Allowed":
@@ -192,6 +204,20 @@ def http_problem(exc: HTTPException, instance: str | None = None) -> ProblemResp
         exc.status_code, "http-error"
     )
     return problem(exc.status_code, slug, detail, instance=instance, headers=exc.headers)
+
+
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app serves at the request's path (each tried in turn,
+    so routers included in routers are asked too)."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] is Match.FULL for r in routes)
+    ]
 
 
 def install(api: FastAPI) -> None:
@@ -207,6 +233,11 @@ def install(api: FastAPI) -> None:
 
     async def on_http(request: Request, exc: Exception) -> ProblemResponse:
         assert isinstance(exc, HTTPException)
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route that matched the path only; a
+            # path served by several routes (GET, PATCH, DELETE /jobs/x) allows them all.
+            allowed = ", ".join(allowed_methods(request))
+            exc = HTTPException(405, exc.detail, headers={**(exc.headers or {}), "Allow": allowed})
         return http_problem(exc, request.url.path)
 
     async def on_unexpected(request: Request, exc: Exception) -> ProblemResponse:

@@ -82,21 +82,19 @@ async def next_fires(
     return NextFires(name=name, fires=await services.jobs.next_fires(name, count))
 
 
-# Declared after the routes of a job's actions: a name may hold '/', so the plain
-# /jobs/{name} would otherwise also match /jobs/x/next.
-@jobs.get("/jobs/{name:path}", summary="Show a job", responses=responses(404))
+@jobs.get("/jobs/{name:job}", summary="Show a job", responses=responses(404))
 async def get_job(name: Name, services: Caller) -> Job:
     """One job with where its schedule stands."""
     return await services.jobs.get(name)
 
 
-@jobs.patch("/jobs/{name:path}", summary="Change a job", responses=responses(404, 409))
+@jobs.patch("/jobs/{name:job}", summary="Change a job", responses=responses(404, 409))
 async def update_job(name: Name, body: JobChanges, services: Caller, force: Force = False) -> Job:
     """Change the options given (the others stay); a new trigger is given whole."""
     return await services.jobs.update(name, changes(body), force=force)
 
 
-@jobs.delete("/jobs/{name:path}", summary="Delete a job", responses=responses(404, 409))
+@jobs.delete("/jobs/{name:job}", summary="Delete a job", responses=responses(404, 409))
 async def delete_job(name: Name, services: Caller, force: Force = False) -> Job:
     """Delete a job (its runs stay); returns it as it was."""
     return await services.jobs.delete(name, force=force)

@@ -40,7 +40,7 @@ class DeferRequest:
     """A second defer with this key returns the run the first created."""
 
 
-@runs.get("/runs", summary="List runs", response_model=PageOut[Run])
+@runs.get("/runs", summary="List runs", response_model=PageOut[Run], responses=responses(404))
 async def list_runs(
     request: Request,
     response: Response,
@@ -71,7 +71,10 @@ async def list_runs(
     "/runs",
     summary="Defer a run of a task",
     status_code=201,
-    responses=responses(404, 409),
+    responses={
+        **responses(404, 409),
+        200: {"description": "The run the key made already", "model": DeferResult},
+    },
 )
 async def defer(body: DeferRequest, response: Response, services: Caller) -> DeferResult:
     """Create a run (201), or return the run an equal ``idempotency_key`` made (200)."""

@@ -16,7 +16,8 @@ from ..auth import Caller
 from ..pagination import LIMIT_DEFAULT, Cursor, Limit, PageOut, page_body
 from ..problems import responses
 from ..schemas import SubscriptionChanges, SubscriptionCreate, changes, subscription_input
-from .common import DeliveryId, Name, router
+from .common import DeliveryId, router
+from .common import SubscriptionName as Name
 
 subscriptions = router("subscriptions")
 
@@ -34,7 +35,10 @@ class Replay:
 
 
 @subscriptions.get(
-    "/subscriptions", summary="List subscriptions", response_model=PageOut[SubscriptionView]
+    "/subscriptions",
+    summary="List subscriptions",
+    response_model=PageOut[SubscriptionView],
+    responses=responses(404),
 )
 async def list_subscriptions(
     request: Request,

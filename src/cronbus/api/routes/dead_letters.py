@@ -37,7 +37,12 @@ class DeadLetterAction:
     subscription: str | None = None
 
 
-@dead_letters.get("/dead-letters", summary="List dead letters", response_model=PageOut[DeadLetter])
+@dead_letters.get(
+    "/dead-letters",
+    summary="List dead letters",
+    response_model=PageOut[DeadLetter],
+    responses=responses(404),
+)
 async def list_dead_letters(
     request: Request,
     response: Response,

@@ -2,11 +2,12 @@
 on loopback with a seeded store (SQLite file, then a PostgreSQL schema).
 
 Every operation gets cases generated from its schema, valid ones and invalid ones, sent with an
-admin token; then, for operations with a path parameter, valid cases aimed at resources that
-exist (the ids and names the seed made, in the namespace that holds them), so the run reaches
-past the 404s into the handlers. Each response must not be a 5xx, and its status code, media
-type, headers and body must be those the document declares. Operations run reads first, then
-changes, then deletions, so the seeded resources are still there while they are read.
+admin token; then, for operations with a path parameter, cases (valid, then invalid) aimed at
+resources that exist (the ids and names the seed made, in the namespace that holds them), so
+the run reaches past the 404s into the handlers. Each response must not be a 5xx, and its
+status code, media type, headers and body must be those the document declares. Operations run
+reads first, then changes, then deletions, so the seeded resources are still there while they
+are read.
 
 Bounded for CI: a fixed number of cases per operation, generated deterministically
 (``derandomize``), so two runs send the same requests. Failures are collected, not raised
@@ -62,6 +63,8 @@ NEGATIVE_EXAMPLES = 3
 """Invalid cases per operation (wrong types, missing fields, values out of range)."""
 KNOWN_EXAMPLES = 8
 """Valid cases per operation with a path parameter, aimed at seeded resources."""
+KNOWN_NEGATIVE_EXAMPLES = 3
+"""Invalid cases (query, body) per operation with a path parameter, aimed at seeded resources."""
 BACKEND_SHARE = {"sqlite": 1.0, "postgres": 0.5}
 """PostgreSQL runs the same operations with half the cases: the first run covers the API's
 own logic, the second what differs by backend, within the suite's time."""
@@ -280,16 +283,24 @@ def fuzz(served: Served) -> Report:
                 continue
             name, values = known
 
-            def aimed(value: Any, operation: Any = operation, name: str = name) -> Any:
-                where = _namespace_of(value)
-                return operation.as_strategy(
-                    path_parameters={name: value},
-                    query={"namespace": where},
-                    headers={"x-cronbus-namespace": where},
-                )
+            for mode, examples in (
+                (GenerationMode.POSITIVE, max(KNOWN_EXAMPLES, len(values))),
+                (GenerationMode.NEGATIVE, KNOWN_NEGATIVE_EXAMPLES),
+            ):
 
-            strategy = st.sampled_from(values).flatmap(aimed)
-            _run_cases(strategy, served.examples(max(KNOWN_EXAMPLES, len(values))), send)
+                def aimed(
+                    value: Any, operation: Any = operation, name: str = name, mode: Any = mode
+                ) -> Any:
+                    where = _namespace_of(value)
+                    return operation.as_strategy(
+                        generation_mode=mode,
+                        path_parameters={name: value},
+                        query={"namespace": where},
+                        headers={"x-cronbus-namespace": where},
+                    )
+
+                strategy = st.sampled_from(values).flatmap(aimed)
+                _run_cases(strategy, served.examples(examples), send)
     return report
 
 

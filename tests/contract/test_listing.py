@@ -28,7 +28,6 @@ from cronbus.model import (
 )
 from cronbus.states import AttemptOutcome, RunState
 from cronbus.store import Store
-from cronbus.store.logic import CREATED_AFTER_PROBE
 
 T0 = 1_700_000_000.0
 LEASE = 30.0
@@ -298,7 +297,7 @@ async def test_creation_bounds_hold_when_clocks_disagree_with_ids(store: Store) 
 
 
 async def test_a_window_with_many_runs_pages_through_all_of_them(store: Store) -> None:
-    many = CREATED_AFTER_PROBE + 20
+    many = 620
     await store.defer([new() for _ in range(30)], T0)
     recent = [d.id for d in await store.defer([new() for _ in range(many)], T0 + 60)]
     pages = await page_through(store, RunFilter(namespace="a", limit=250, created_after=T0 + 60))

@@ -225,41 +225,26 @@ def overlap_decisions(
 
 
 def listing_index(filter: RunFilter) -> str:
-    """The index one namespace's range of a run listing walks, newest first (0006): the most
+    """The index one namespace's ranges of a run listing walk, newest first (0006): the most
     selective filter given, each index ending in the run id so the keyset continues in it."""
     if filter.job_id is not None:
         return "runs_by_job"
-    if filter.states:
-        return "runs_by_state"
-    if filter.task is not None:
+    if filter.task is not None and not filter.states:
         return "runs_by_task"
-    if filter.queue is not None:
+    if filter.queue is not None and not filter.states:
         return "runs_by_queue"
-    return "runs_by_namespace"
-
-
-CREATED_AFTER_PROBE = 1000
-"""A listing from a creation time also starts its range at the lowest id of the namespace's runs
-created since then, read through ``runs_by_created`` when there are at most this many: without
-that bound, a window holding fewer runs than a page (runs of the last minute) would scan every
-older run in vain. With more, the page fills long before the scan gets old (no bound needed)."""
-
-
-def created_after_bound(index_hint: str, placeholder: str) -> str:
-    """The SQL of that bound for one range: the run id a listing of the runs created at or after
-    a time may start from (its two parameters: the namespace, the time). It is exact (the lowest
-    id created since, whatever the clocks of the writers); 0 (no bound) when the runs created
-    since are many, and beyond every id when there are none."""
-    p = placeholder
-    return f"""r.id >= (
-        SELECT CASE WHEN count(*) = 0 THEN 9223372036854775807
-                    WHEN count(*) <= {CREATED_AFTER_PROBE} THEN min(id) ELSE 0 END
-        FROM (SELECT id FROM runs {index_hint} WHERE namespace = {p} AND created_at >= {p}
-              LIMIT {CREATED_AFTER_PROBE + 1}) AS since)"""
+    return "runs_by_state"
 
 
 def listing_arms(filter: RunFilter, namespaces: Sequence[str]) -> list[tuple[str, str | None]]:
-    """The (namespace, state) ranges a listing reads, each in id order, merged newest first:
-    one per namespace and state asked for (``None``: any state)."""
-    states: list[str | None] = [*sorted({state.value for state in filter.states})] or [None]
+    """The (namespace, state) ranges a listing reads, each in id order, merged newest first: one
+    per namespace and state asked for; without states, one per namespace (by task, queue or
+    job), or one per namespace and state of the run state machine (every run of a namespace,
+    through ``runs_by_state``: no index of its own, which each claim would have to update)."""
+    if filter.states:
+        states: list[str | None] = [*sorted({state.value for state in filter.states})]
+    elif listing_index(filter) != "runs_by_state":
+        states = [None]
+    else:
+        states = [state.value for state in RunState]
     return [(namespace, state) for namespace in namespaces for state in states]

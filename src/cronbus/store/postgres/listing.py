@@ -3,8 +3,10 @@
 A listing is newest first with a keyset (``id < before_id``), never an offset: each
 (namespace, state) range is an index range of 0006 that ends in the run id, read backwards and
 stopped at the page size, so a page deep in the listing costs what the first one does. Several
-ranges (every namespace, several states) are one statement: a ``UNION ALL`` of bounded ranges
-(PostgreSQL cannot read ``state = ANY(...)`` in id order through one index), sorted at the end.
+ranges (every namespace, several states, or every state when no filter is given: a namespace's
+runs have no index of their own, which every claim would have to update) are one statement: a
+``UNION ALL`` of bounded ranges (PostgreSQL cannot read ``state = ANY(...)`` in id order through
+one index), merged, then the page's runs read whole.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from ...model import RunFilter
 from ...states import TERMINAL, sql_in
-from ..logic import created_after_bound, listing_arms
+from ..logic import listing_arms
 from .sql import RUN_COLUMNS, RUN_FROM, RUN_NAMESPACES
 
 COUNT_RUNS = "SELECT state, count(*) FROM runs GROUP BY state"
@@ -37,7 +39,6 @@ payloads AS (DELETE FROM run_payloads WHERE run_id IN (SELECT id FROM doomed)),
 attempts AS (DELETE FROM attempts WHERE run_id IN (SELECT id FROM doomed))
 SELECT id FROM doomed ORDER BY id
 """
-_SINCE = created_after_bound("", "%s")
 _FILTERS = (
     ("task", "r.task = %s"),
     ("queue", "r.queue = %s"),
@@ -49,26 +50,31 @@ _FILTERS = (
 
 
 def listing_query(filter: RunFilter, namespaces: Sequence[str]) -> tuple[str, list[Any]]:
-    """The statement of a listing and its parameters: one range per (namespace, state)."""
+    """The statement of a listing and its parameters: one range per (namespace, state).
+
+    One range is read whole; several are read as ids (index-only where the index covers the
+    filter), merged, and only the page's runs are read whole.
+    """
     shared = [(clause, getattr(filter, name)) for name, clause in _FILTERS]
     given = [(clause, value) for clause, value in shared if value is not None]
-    arms: list[str] = []
+    arms = listing_arms(filter, namespaces)
+    ranges: list[str] = []
     params: list[Any] = []
-    for namespace, state in listing_arms(filter, namespaces):
+    for namespace, state in arms:
         clauses = ["r.namespace = %s", *(["r.state = %s"] if state is not None else [])]
         clauses.extend(clause for clause, _ in given)
         params.extend([namespace, *([state] if state is not None else [])])
         params.extend(value for _, value in given)
-        if filter.created_after is not None:
-            clauses.append(_SINCE)
-            params.extend([namespace, filter.created_after])
         params.append(filter.limit)
-        arms.append(
-            f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE {' AND '.join(clauses)} "
-            "ORDER BY r.id DESC LIMIT %s"
-        )
-    if len(arms) == 1:
-        return arms[0], params
-    union = " UNION ALL ".join(f"({arm})" for arm in arms)
+        condition = " AND ".join(clauses)
+        if len(arms) == 1:
+            sql = f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE {condition} ORDER BY r.id DESC LIMIT %s"
+            return sql, params
+        ranges.append(f"SELECT r.id FROM runs r WHERE {condition} ORDER BY r.id DESC LIMIT %s")
+    union = " UNION ALL ".join(f"({sql})" for sql in ranges)
     params.append(filter.limit)
-    return f"{union} ORDER BY 1 DESC LIMIT %s", params
+    page = f"SELECT id FROM ({union}) AS ranges ORDER BY id DESC LIMIT %s"
+    return (
+        f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id = ANY(ARRAY({page})) ORDER BY r.id DESC",
+        params,
+    )

@@ -3,8 +3,9 @@
 A listing is newest first with a keyset (``id < before_id``), never an offset: each
 (namespace, state) range is read through one index that ends in the run id (0006), named with
 ``INDEXED BY`` so the plan cannot drift to a scan and a sort; a page deep in the listing costs
-what the first one does. Several ranges (every namespace, several states) are read one by one
-and merged, each bounded by the page size.
+what the first one does. Several ranges (every namespace, several states, or every state when
+no filter is given: a namespace's runs have no index of their own, which every claim would have
+to update) are read one by one and merged, each bounded by the page size.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from ...model import RunFilter
 from ...states import TERMINAL, sql_in
-from ..logic import created_after_bound, listing_arms, listing_index
+from ..logic import listing_arms, listing_index
 from ..rows import RUN_COLUMNS, RUN_FROM
 from .rows import Row
 from .sql import RUN_NAMESPACES
@@ -42,7 +43,7 @@ DELETE_PAYLOADS = "DELETE FROM run_payloads WHERE run_id IN (SELECT value FROM j
 DELETE_ATTEMPTS = "DELETE FROM attempts WHERE run_id IN (SELECT value FROM json_each(?))"
 
 
-_SINCE = created_after_bound("INDEXED BY runs_by_created", "?")
+GET_RUNS = f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id IN (SELECT value FROM json_each(?))"
 
 
 def run_namespaces(conn: sqlite3.Connection) -> list[str]:
@@ -51,27 +52,32 @@ def run_namespaces(conn: sqlite3.Connection) -> list[str]:
 
 
 def list_runs(conn: sqlite3.Connection, filter: RunFilter) -> list[Row]:
-    """The rows of a listing: one bounded range per (namespace, state), merged newest first."""
+    """The rows of a listing: one bounded range per (namespace, state), merged newest first.
+
+    One range is read whole; several are read as ids (from the index alone where it covers the
+    filter), and only the page's runs are read whole.
+    """
     spaces = [filter.namespace] if filter.namespace is not None else run_namespaces(conn)
     arms = listing_arms(filter, spaces)
     where, common = _common(filter)
-    source = RUN_FROM.replace("FROM runs r", f"FROM runs r INDEXED BY {listing_index(filter)}")
-    rows: list[Row] = []
+    index = listing_index(filter)
+    ids: list[int] = []
     for namespace, state in arms:
         clauses = ["r.namespace = ?", *(["r.state = ?"] if state is not None else []), *where]
-        params = [namespace, *([state] if state is not None else []), *common]
-        if filter.created_after is not None:
-            clauses.append(_SINCE)
-            params.extend([namespace, filter.created_after])
-        params.append(filter.limit)
+        params = [namespace, *([state] if state is not None else []), *common, filter.limit]
+        condition = " AND ".join(clauses)
+        if len(arms) == 1:
+            source = RUN_FROM.replace("FROM runs r", f"FROM runs r INDEXED BY {index}")
+            sql = f"SELECT {RUN_COLUMNS} {source} WHERE {condition} ORDER BY r.id DESC LIMIT ?"
+            return conn.execute(sql, params).fetchall()
         sql = (
-            f"SELECT {RUN_COLUMNS} {source} WHERE {' AND '.join(clauses)} "
+            f"SELECT r.id FROM runs r INDEXED BY {index} WHERE {condition} "
             "ORDER BY r.id DESC LIMIT ?"
         )
-        rows.extend(conn.execute(sql, params).fetchall())
-    if len(arms) > 1:
-        rows.sort(key=lambda row: row[0], reverse=True)
-    return rows[: filter.limit]
+        ids.extend(row[0] for row in conn.execute(sql, params))
+    page = sorted(ids, reverse=True)[: filter.limit]
+    rows = conn.execute(GET_RUNS, (json.dumps(page),)).fetchall()
+    return sorted(rows, key=lambda row: row[0], reverse=True)
 
 
 def _common(filter: RunFilter) -> tuple[list[str], list[Any]]:

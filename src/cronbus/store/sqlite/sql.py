@@ -132,9 +132,9 @@ RETURNING id
 # of namespaces, not of runs (SELECT DISTINCT would walk the whole index).
 _NAMESPACES = """
 WITH RECURSIVE spaces(name) AS (
-    SELECT (SELECT min(namespace) FROM runs INDEXED BY runs_by_namespace)
+    SELECT (SELECT min(namespace) FROM runs INDEXED BY runs_by_state)
     UNION ALL
-    SELECT (SELECT min(namespace) FROM runs INDEXED BY runs_by_namespace
+    SELECT (SELECT min(namespace) FROM runs INDEXED BY runs_by_state
             WHERE namespace > spaces.name)
     FROM spaces WHERE spaces.name IS NOT NULL
 )

@@ -14,21 +14,20 @@ ALTER TABLE workers ADD COLUMN drain_requested boolean NOT NULL DEFAULT false;
 DROP INDEX runs_ready;
 CREATE INDEX runs_ready ON runs (namespace, queue, lane, priority DESC, eta, id) WHERE state = 'queued';
 
--- Listings, newest first from any point (keyset on id): a namespace's runs, alone or by state,
--- task or queue, are each a range of one index. These replace the indexes without a namespace
--- (a listing of every namespace merges one range per namespace). Runs of a job stay on
--- runs_by_job: a job lives in one namespace.
+-- Listings, newest first from any point (keyset on id): a namespace's runs by state, task or
+-- queue are each a range of one index, and all of them one range per state, merged. These
+-- replace the indexes without a namespace (a listing of every namespace merges one range per
+-- namespace). Runs of a job stay on runs_by_job: a job lives in one namespace. No more: on
+-- PostgreSQL every index of runs gets a new entry at each claim and each completion (an UPDATE
+-- of an indexed column), so each index slows the claim.
 DROP INDEX runs_by_state;
 DROP INDEX runs_by_task;
 DROP INDEX runs_by_queue;
-CREATE INDEX runs_by_namespace ON runs (namespace, id);
 CREATE INDEX runs_by_state ON runs (namespace, state, id);
 CREATE INDEX runs_by_task ON runs (namespace, task, id);
 CREATE INDEX runs_by_queue ON runs (namespace, queue, id);
--- Listings from a creation time: the lowest id of a namespace's runs created since then, when
--- they are few (see cronbus.store.logic.CREATED_AFTER_PROBE).
-CREATE INDEX runs_by_created ON runs (namespace, created_at);
--- Runs per minute: the runs of a namespace that ended in a time window.
+-- Runs per minute: the runs of a namespace that ended in a time window (an entry per ended run,
+-- written by its last UPDATE only).
 CREATE INDEX runs_finished ON runs (namespace, finished_at, state) WHERE finished_at IS NOT NULL;
 
 CREATE INDEX jobs_by_namespace ON jobs (namespace, name);

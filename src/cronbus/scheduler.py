@@ -36,7 +36,8 @@ _JOB_FAULTS = (CronbusError, ArithmeticError, ValueError)
 
 
 class Scheduler:
-    """Fires the due jobs of an app's store."""
+    """Fires the due jobs of an app's store, of every namespace: it needs no code of theirs,
+    and each run is created in its job's namespace."""
 
     def __init__(
         self,

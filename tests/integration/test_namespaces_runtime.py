@@ -30,8 +30,9 @@ from cronbus.worker.engine import Worker
 from cronbus.worker.outcomes import RUNS_TOPIC, runs_topic
 
 TESTS = Path(__file__).resolve().parent.parent
-LEASE = "1.5"
-"""Short leases: heartbeats (a third of a lease) carry drain requests to workers quickly."""
+LEASE = "6"
+"""Heartbeats (a third of a lease) carry drain requests to workers within 2 s, and a loaded
+machine does not expire a lease (a run executed twice would blur what ran where)."""
 
 # The app the worker processes load; its namespace comes from CRONBUS_NAMESPACE.
 APP_SOURCE = """
@@ -91,7 +92,7 @@ def make_app(url: str, namespace: str) -> App:
     return app
 
 
-async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> None:
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 60.0) -> None:
     """Poll ``check`` until it holds, failing after ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -186,7 +187,7 @@ def workers(tmp_path: Path) -> Iterator[Callable[[str], Workers]]:
             pool.stop_all()
 
 
-async def wait_exit(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
+async def wait_exit(proc: subprocess.Popen[bytes], timeout: float = 60.0) -> int:
     """The exit status of ``proc``, polled until it exits."""
 
     async def exited() -> bool:
@@ -303,7 +304,8 @@ async def test_a_worker_runs_only_the_runs_of_its_namespace(
             run = await handle.fetch_async()
             assert run.state is RunState.QUEUED
             assert await a.store.list_attempts(run.id) == []
-        assert sorted(Path(out).read_text().split()) == [f"a:{n}" for n in range(5)]
+        # A set: delivery is at least once, and only where runs ran matters here.
+        assert set(Path(out).read_text().split()) == {f"a:{n}" for n in range(5)}
         queued = await a.store.list_runs(RunFilter(namespace="b", states=[RunState.QUEUED]))
         assert len(queued) == 5
 
@@ -315,9 +317,7 @@ async def test_a_worker_runs_only_the_runs_of_its_namespace(
             return all(r.state is RunState.SUCCEEDED for r in runs)
 
         await until(b_done)
-        assert sorted(Path(out).read_text().split()) == sorted(
-            [f"a:{n}" for n in range(5)] + [f"b:{n}" for n in range(5)]
-        )
+        assert set(Path(out).read_text().split()) == {f"{ns}:{n}" for ns in "ab" for n in range(5)}
         for running in (proc, fixed, other):
             running.send_signal(signal.SIGTERM)
             assert await wait_exit(running) == 0

@@ -8,11 +8,14 @@ following links without building URLs.
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi import Query, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
+from ..errors import InvalidArgumentError
 from ..services.pages import DEFAULT_LIMIT, MAX_LIMIT, Page
 
 T = TypeVar("T")
@@ -20,8 +23,32 @@ T = TypeVar("T")
 Limit = Annotated[
     int, Query(ge=1, le=MAX_LIMIT, description=f"Items per page (at most {MAX_LIMIT}).")
 ]
+ID_LIMIT = 2**63 - 1
+
+
+def check_cursor(cursor: str | None) -> str | None:
+    """Refuse, as the edge, a cursor holding a number no store column can (a cursor is opaque,
+    but a user can type one): the service reads the rest of it."""
+    if cursor is None:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        position = json.loads(raw)
+    except ValueError:
+        return cursor  # not ours at all: the service says so
+    values = position.values() if isinstance(position, dict) else ()
+    if any(isinstance(v, int) and not -ID_LIMIT <= v <= ID_LIMIT for v in values):
+        raise InvalidArgumentError(
+            "cursor is not a cursor of this listing: pass back the 'next' value of the previous "
+            "page unchanged",
+            field="cursor",
+        )
+    return cursor
+
+
 Cursor = Annotated[
     str | None,
+    AfterValidator(check_cursor),
     Query(
         max_length=1000,
         pattern=r"^[A-Za-z0-9_-]+$",

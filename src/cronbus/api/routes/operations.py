@@ -11,6 +11,7 @@ from fastapi import Request, Response
 from pydantic import ConfigDict, Field
 
 from ...admin_records import Operation
+from ...events.bus import OFFSET_LIMIT
 from ...services.operations import KINDS
 from ..auth import Caller
 from ..pagination import LIMIT_DEFAULT, Cursor, Limit, PageOut, page_body
@@ -37,7 +38,7 @@ class OperationRequest:
     subscriptions (topic)."""
     delivery_ids: Sequence[Annotated[int, Field(ge=1, le=ID_LIMIT)]] = ()
     """Dead deliveries to requeue (``dead_letters.requeue``)."""
-    offset: int | None = None
+    offset: Annotated[int, Field(ge=1, le=OFFSET_LIMIT)] | None = None
     """Where a replay starts (``subscriptions.replay``: this or ``since``)."""
     since: float | None = None
     """Replay the events published since this time (epoch seconds)."""

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
 from fastapi import Query, Request, Response
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
+from ...events.bus import OFFSET_LIMIT
 from ...events.records import Delivery
 from ...events.states import DeliveryState
 from ...services.views import DeliveryDetail, ReplayResult, SubscriptionView
@@ -28,7 +29,7 @@ class Replay:
 
     __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
-    offset: int | None = None
+    offset: Annotated[int, Field(ge=1, le=OFFSET_LIMIT)] | None = None
     """The first offset to deliver again."""
     since: float | None = None
     """Events published at or after this time (epoch seconds)."""

@@ -104,7 +104,7 @@ class Services:
     """
 
     def __init__(self, app: App, access: Access = LOCAL, namespace: str | None = None) -> None:
-        chosen = namespace if namespace is not None else getattr(app, "namespace", "default")
+        chosen = namespace if namespace is not None else app.namespace
         self.app = app
         self.access = access
         self.namespace = check_namespace(chosen)

@@ -51,7 +51,8 @@ URL_HELP = (
 )
 TOKEN_HELP = "The API token sent with --url (Authorization: Bearer). Default: CRONBUS_TOKEN."
 NAMESPACE_HELP = (
-    "The namespace to act in. Default: CRONBUS_NAMESPACE, else the --app's namespace, else default."
+    "The namespace to act in. Default: CRONBUS_NAMESPACE, else the --app's namespace (with "
+    "--url: the token's only namespace), else default."
 )
 
 

@@ -54,7 +54,7 @@ def create_api(app: App, settings: ApiSettings | None = None) -> FastAPI:
         description=DESCRIPTION,
         lifespan=lifespan,
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # every endpoint but health, ready and the document needs a token
         redoc_url=None,
     )
     api.state.cronbus = ApiState(

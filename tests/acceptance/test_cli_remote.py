@@ -38,6 +38,7 @@ def add(a: int, b: int) -> int:
 def send_email(to: str) -> str:
     return f"sent to {to}"
 """
+pytestmark = pytest.mark.timeout(600)  # the first test also starts and seeds the server
 _LISTEN = ("--host", "127.0.0.1")
 DEADLINE_SECONDS = 60.0
 """The machine running the suite may be busy: a command or a server start gets this long."""
@@ -304,3 +305,43 @@ def test_a_token_from_the_environment_is_used(server: Server) -> None:
 
     assert done.returncode == 0, done.stderr
     assert "default" in [ns["name"] for ns in json.loads(done.stdout)]
+
+
+def test_job_definitions_read_the_same_through_the_server(seeded: Server) -> None:
+    at = ("--at", "2031-05-01T12:00:00", "--tz", "Europe/Paris")  # naive: read in --tz
+    window = ("--every", "600", "--start", "2031-01-01T00:00:00", "--end", "2032-01-01T00:00")
+    local = seeded.local(
+        "jobs", "add", "once_l", "--app", "myapp", "--task", "add", "--args", "[1, 2]", *at
+    )
+    remote = seeded.remote("jobs", "add", "once_r", "--task", "add", "--args", "[1, 2]", *at)
+    assert seeded.ok(remote).replace("once_r", "once_l") == seeded.ok(local)
+    changes = ("--kwargs", "{}", *window, "--child", "nightly")
+    local = seeded.local("jobs", "update", "once_l", "--app", "myapp", *changes)
+    remote = seeded.remote("jobs", "update", "once_r", *changes)
+    assert seeded.ok(remote).replace("once_r", "once_l") == seeded.ok(local)
+    shown = [
+        json.loads(seeded.ok(seeded.local("jobs", "show", name, "--json")))
+        for name in ("once_l", "once_r")
+    ]
+    for job in shown:
+        for key in ("id", "name", "created_at", "updated_at", "runs"):
+            job.pop(key)
+    assert shown[0] == shown[1]
+    assert shown[0]["children"] == ["nightly"]
+
+
+def test_replay_and_requeue_read_the_same_through_the_server(seeded: Server) -> None:
+    seeded.ok(seeded.local("subs", "replay", "mail", "--from", "2"))  # cursor at the end, 1
+    remote = seeded.ok(seeded.remote("subs", "replay", "mail", "--from", "1"))
+    seeded.ok(seeded.local("subs", "replay", "mail", "--from", "2"))  # back at 1
+    local = seeded.ok(seeded.local("subs", "replay", "mail", "--from", "1"))
+    assert remote == local
+    assert "cursor moved from 1 to 0" in remote
+    local = seeded.local("dlq", "requeue", "1", "2")
+    remote = seeded.remote("dlq", "requeue", "1", "2")
+    assert (remote.returncode, remote.stdout, remote.stderr) == (
+        local.returncode,
+        local.stdout,
+        local.stderr,
+    )
+    assert remote.stderr.startswith("error: not requeued: run 1 is ")

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, create_model
 
 from ..admin_records import TokenRecord
-from ..events.records import DeliveryPolicy
 from ..job_specs import JobOptions
 from ..services.views import EventInput, SubscriptionInput
 
@@ -70,9 +69,6 @@ if TYPE_CHECKING:
     class JobChanges(BaseModel):
         """Changes to a job."""
 
-    class PolicyChanges(BaseModel):
-        """Changes to a delivery policy."""
-
     class SubscriptionCreate(BaseModel):
         """A new subscription."""
 
@@ -104,12 +100,6 @@ else:
         JobOptions,
         doc="Options to change (the others stay); a new trigger is given whole.",
         required={"task": (str | None, None)},
-        partial=True,
-    )
-    PolicyChanges = record_model(
-        "PolicyChanges",
-        DeliveryPolicy,
-        doc="A subscription's delivery policy, or the part of it to change.",
         partial=True,
     )
     SubscriptionCreate = record_model(

@@ -62,6 +62,8 @@ def test_cursors_are_opaque_and_checked() -> None:
         encode_cursor({"b": 1, "extra": 2}),
         encode_cursor({"b": None}),
         encode_cursor({"n": ""}),
+        encode_cursor({"b": 2**63}),
+        encode_cursor({"b": -(2**70)}),
     ]
     for bad in forged:
         with pytest.raises(InvalidArgumentError) as caught:
@@ -70,6 +72,7 @@ def test_cursors_are_opaque_and_checked() -> None:
     with pytest.raises(InvalidArgumentError):
         decode_cursor(encode_cursor({"n": ""}), {"n": str})
     assert decode_cursor(encode_cursor({"t": 1}), {"t": float}) == {"t": 1}
+    assert decode_cursor(encode_cursor({"b": 2**63 - 1}), {"b": int}) == {"b": 2**63 - 1}
 
 
 def test_page_of_reads_one_more_to_know_the_next() -> None:

@@ -111,9 +111,13 @@ async def test_unknown_run_is_not_found(services: Services) -> None:
     for call in (services.runs.show, services.runs.cancel, services.runs.retry):
         with pytest.raises(RunNotFoundError, match="no run has id 999"):
             await call(999)
+    for bad in (0, 2**63, True):
+        with pytest.raises(InvalidArgumentError) as caught:
+            await services.runs.show(bad)
+        assert caught.value.field == "run_id"
     with pytest.raises(InvalidArgumentError) as caught:
-        await services.runs.show(0)
-    assert caught.value.field == "run_id"
+        await services.dead_letters.requeue([2**70])
+    assert caught.value.field == "run_ids"
 
 
 async def test_cancel_ended_run_is_a_conflict(services: Services, opened: App) -> None:

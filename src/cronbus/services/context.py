@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..admin_records import AuditEntry
 from ..config import Settings
 from ..errors import ConfigurationError, InvalidArgumentError, NotFoundError
+from ..validation import shorten
 from .access import Access, Scope
 
 if TYPE_CHECKING:
@@ -84,6 +85,21 @@ class Context:
             detail=dict(detail or {}),
         )
         await self.store.record_audit([entry])
+
+
+ID_LIMIT = 2**63 - 1
+"""Ids are signed 64-bit integers in both stores."""
+
+
+def check_id(value: object, field: str) -> int:
+    """An id (of a run, a delivery, an operation...): a whole number from 1 to 2^63 - 1, the
+    range of the stores' id columns (a bigger one would overflow the query's parameter)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= ID_LIMIT:
+        raise InvalidArgumentError(
+            f"{field} must be a whole number from 1 to {ID_LIMIT}, got {shorten(value)}",
+            field=field,
+        )
+    return value
 
 
 def guess_field(message: str, words: Mapping[str, str], default: str) -> str:

@@ -20,7 +20,7 @@ from ..states import RunState
 from ..store.ports import EVENTS_CHANNEL
 from ..task import check_queue
 from ..validation import check_identifier, check_label, shorten
-from .context import Context, naming
+from .context import Context, check_id, naming
 from .deliveries import list_deliveries
 from .pages import DEFAULT_LIMIT, Page, check_limit, decode_cursor, encode_cursor
 from .views import DeadLetter, DeadLetterKind, DeadLetterResult
@@ -42,11 +42,7 @@ def check_ids(ids: Iterable[object], field: str) -> builtins.list[int]:
         )
     chosen: list[int] = []
     for value in ids:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidArgumentError(
-                f"{field} must hold whole numbers from 1, got {shorten(value)}", field=field
-            )
-        chosen.append(value)
+        chosen.append(check_id(value, field))
     return list(dict.fromkeys(chosen))
 
 

@@ -10,7 +10,7 @@ from ..errors import InvalidArgumentError
 from ..events.records import Delivery, DeliveryFilter
 from ..events.states import DeliveryState
 from ..validation import shorten
-from .context import Context
+from .context import Context, check_id
 
 _SCAN = 10_000
 """Deliveries of one subscription read to find those below a cursor (the store's delivery
@@ -19,11 +19,7 @@ filter has no keyset yet)."""
 
 def check_delivery_id(value: object, field: str = "delivery_id") -> int:
     """A delivery id: a whole number from 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(
-            f"{field} must be a whole number from 1, got {shorten(value)}", field=field
-        )
-    return value
+    return check_id(value, field)
 
 
 def check_delivery_states(

@@ -19,7 +19,7 @@ from typing import Any
 from ..admin_records import Operation, OperationState
 from ..errors import CronbusError, InvalidArgumentError, NotFoundError
 from ..validation import shorten
-from .context import Context
+from .context import Context, check_id
 from .dead_letters import DeadLettersService, check_ids
 from .pages import DEFAULT_LIMIT, MAX_LIMIT, Page, check_limit, decode_cursor, page_of
 from .runs import RunsService
@@ -94,11 +94,7 @@ class OperationsService:
         return await self._get(operation_id)
 
     async def _get(self, operation_id: int) -> Operation:
-        if isinstance(operation_id, bool) or not isinstance(operation_id, int) or operation_id < 1:
-            raise InvalidArgumentError(
-                f"operation_id must be a whole number from 1, got {shorten(operation_id)}",
-                field="operation_id",
-            )
+        operation_id = check_id(operation_id, "operation_id")
         missing = NotFoundError(f"no operation has id {operation_id}")
         try:
             op = await self._c.store.get_operation(operation_id)

@@ -25,6 +25,7 @@ MAX_LIMIT = 250
 """The most items one page holds."""
 _MAX_CURSOR = 1_000
 """The longest cursor accepted, in characters (ours are a few dozen)."""
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,7 +57,8 @@ def encode_cursor(position: Mapping[str, Any]) -> str:
 
 def decode_cursor(cursor: object, fields: Mapping[str, type]) -> dict[str, Any]:
     """The position a cursor holds, checked: every key of ``fields`` present with a value of
-    its type (``int`` refuses bools; ``float`` takes ints too; ``str`` non-empty), nothing
+    its type (``int`` a signed 64-bit whole number, not a bool; ``float`` takes ints too;
+    ``str`` non-empty), nothing
     else. Anything else is :class:`~cronbus.errors.InvalidArgumentError` with
     ``field="cursor"``."""
     if not isinstance(cursor, str) or not cursor or len(cursor) > _MAX_CURSOR:
@@ -80,7 +82,11 @@ def _fits(value: Any, kind: type) -> bool:
     if kind is float:
         return isinstance(value, int | float) and abs(value) < 1e300
     if kind is str:
-        return isinstance(value, str) and bool(value)
+        return isinstance(value, str) and bool(value) and len(value) <= _MAX_CURSOR
+    if kind is int:
+        # Ids and offsets are signed 64-bit in both stores: a bigger one reaches no row and
+        # would overflow the store's parameter.
+        return isinstance(value, int) and _INT64[0] <= value <= _INT64[1]
     return isinstance(value, kind)
 
 

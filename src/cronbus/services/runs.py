@@ -26,7 +26,7 @@ from ..model import Run, RunFilter, WorkerInfo, WorkerState
 from ..states import RunEvent, RunState, sources
 from ..task import check_key, check_priority, check_queue, resolve_eta
 from ..validation import check_label, check_time, shorten
-from .context import Context, naming
+from .context import Context, check_id, naming
 from .pages import DEFAULT_LIMIT, Page, check_limit, decode_cursor, page_of
 from .views import DeferResult, RunDetail, RunQuery
 
@@ -39,11 +39,7 @@ _CURSOR = {"b": int}
 
 def check_run_id(run_id: object, field: str = "run_id") -> int:
     """A run id: a whole number from 1 (bool refused)."""
-    if isinstance(run_id, bool) or not isinstance(run_id, int) or run_id < 1:
-        raise InvalidArgumentError(
-            f"{field} must be a whole number from 1, got {shorten(run_id)}", field=field
-        )
-    return run_id
+    return check_id(run_id, field)
 
 
 def check_states(states: Sequence[RunState | str], field: str = "states") -> tuple[RunState, ...]:

@@ -117,6 +117,8 @@ async def test_bad_requests_are_refused_at_once(services: Services, opened: App)
         ({"kind": "runs.retry", "filter": {"queue": "a b"}}, "filter.queue"),
         ({"kind": "subscriptions.replay", "ids": ["s"]}, "offset"),
         ({"kind": "runs.cancel", "ids": [1], "offset": 1}, "offset"),
+        ({"kind": "subscriptions.replay", "ids": ["s"], "offset": 0}, "offset"),
+        ({"kind": "subscriptions.replay", "ids": ["s"], "since": "soon"}, "since"),
     ]
     for kwargs, field in cases:
         with pytest.raises(InvalidArgumentError) as caught:

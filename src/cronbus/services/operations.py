@@ -18,8 +18,9 @@ from typing import Any
 
 from ..admin_records import Operation, OperationState
 from ..errors import CronbusError, InvalidArgumentError, NotFoundError
-from ..validation import shorten
-from .context import Context, check_id
+from ..events.bus import OFFSET_LIMIT
+from ..validation import check_int, check_time, shorten
+from .context import Context, check_id, naming
 from .dead_letters import DeadLettersService, check_ids
 from .pages import DEFAULT_LIMIT, MAX_LIMIT, Page, check_limit, decode_cursor, page_of
 from .runs import RunsService
@@ -170,9 +171,11 @@ class OperationsService:
             )
         request: dict[str, Any] = {}
         if offset is not None:
-            request["offset"] = offset
+            with naming("offset"):
+                request["offset"] = check_int(offset, "offset", 1, OFFSET_LIMIT)
         if since is not None:
-            request["since"] = since
+            with naming("since"):
+                request["since"] = check_time(since, "since")
         if given_ids:
             if kind == "subscriptions.replay":
                 request["names"] = _names(ids or ())

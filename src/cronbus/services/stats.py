@@ -23,6 +23,8 @@ from .context import Context, naming
 T = TypeVar("T")
 TTL = 3.0
 """Seconds a computed figure is served before it is computed again."""
+_FORGET_AFTER = 60.0
+"""Seconds after which a stale figure is dropped from the cache."""
 MAX_WINDOW = 7 * 86_400
 """The longest window of ``per_minute``: a week."""
 _MINUTE = 60.0
@@ -58,7 +60,18 @@ class _Cache:
                 return hit[1]  # type: ignore[no-any-return]
             value = await compute()
             self._values[key] = (time.monotonic(), value)
+            self._forget_stale()
             return value
+
+    def _forget_stale(self) -> None:
+        """Drop figures long stale (a server runs for weeks; per-minute keys change every
+        minute) and the locks nobody holds."""
+        now = time.monotonic()
+        for key in [k for k, (at, _) in self._values.items() if now - at > _FORGET_AFTER]:
+            del self._values[key]
+        for key in [k for k, lock in self._locks.items() if not lock.locked()]:
+            if key[1:] not in self._values:
+                del self._locks[key]
 
     def _fresh(self, key: tuple[Any, ...]) -> tuple[float, Any] | None:
         hit = self._values.get(key)

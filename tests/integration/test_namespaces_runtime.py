@@ -391,12 +391,17 @@ async def test_a_subscriptions_task_runs_are_in_its_namespace(apps: tuple[App, A
 
 # -- drain on request ---------------------------------------------------------------------------
 async def test_a_drain_request_makes_a_worker_finish_its_run_and_exit_0(
-    apps: tuple[App, App], workers: Callable[[str], Workers], sqlite_store: str, tmp_path: Path
+    url: str, workers: Callable[[str], Workers], tmp_path: Path
 ) -> None:
-    a, _ = apps
+    async with make_app(url, "a") as a:
+        await drain_on_request(a, workers(url), tmp_path)
+
+
+async def drain_on_request(a: App, pool: Workers, tmp_path: Path) -> None:
+    """A worker of ``a`` holding a run drains when asked: it finishes the run, claims nothing
+    more, and exits 0."""
     out, release = tmp_path / "held", tmp_path / "release"
     held = await a.tasks["ns.hold"].defer_async(str(out), str(release))
-    pool = workers(sqlite_store)
     proc = pool.start("a")
 
     async def started() -> bool:

@@ -111,6 +111,7 @@ async def test_pause_resume_trigger_next_delete(services: Services) -> None:
     run = await services.jobs.trigger("j")
     assert run.job_id == resumed.id
     assert [r.id for r in (await services.runs.list(RunQuery(job="j"))).items] == [run.id]
+    assert [r.id for r in await services.jobs.recent_runs("j")] == [run.id]
     with pytest.raises(InvalidArgumentError) as caught:
         await services.jobs.next_fires("j", 0)
     assert caught.value.field == "count"

@@ -66,6 +66,7 @@ async def test_list_get_with_held_runs(services: Services, opened: App) -> None:
     assert claimed.run_id == run.id
     seen = await services.workers.list()
     assert [v.worker.id for v in seen] == ["w1"]
+    assert [w.id for w in await services.workers.live()] == ["w1"]
     assert [r.id for r in seen[0].runs] == [run.id]
     one = await services.workers.get("w1")
     assert list(one.worker.tasks) == ["add"]

@@ -141,6 +141,7 @@ class RunsService:
         cost every call. A worker is live when the registry has it alive with a heartbeat
         within the lease (``CRONBUS_LEASE_SECONDS``); a draining one claims nothing more.
         """
+        self._c.read()
         if run.state not in WAITING:
             return []
         workers = await self._c.store.list_workers(

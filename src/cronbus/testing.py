@@ -83,9 +83,14 @@ async def run_until_idle_async(
     try:
         while len(ran) < max_runs:
             # Without named queues, every queue is served, as a worker without --queues does.
-            names = list(queues) if queues else await app.store.ready_queues(app.clock.now())
+            names = (
+                list(queues)
+                if queues
+                else await app.store.ready_queues(app.clock.now(), app.namespace)
+            )
             request = ClaimRequest(
                 worker_id=_TESTING_WORKER,
+                namespace=app.namespace,
                 queues=[QueueShare(name=n, limit=1) for n in names],
                 limit=1,
                 lease_seconds=app.settings.lease_seconds,

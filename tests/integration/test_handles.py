@@ -107,3 +107,17 @@ async def test_run_until_idle_raises_the_same_error(opened: App) -> None:
     assert caught.value.error_type == "ConnectionError"
     assert caught.value.error_message == "gone"
     assert "raise ConnectionError(message)" in caught.value.traceback
+
+
+async def test_run_until_idle_runs_the_apps_own_namespace(tmp_path: Path) -> None:
+    billing = App(store=f"sqlite:///{tmp_path / 'billing.db'}", namespace="billing")
+
+    @billing.task
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    async with billing:
+        handle = await add.defer_async(2, 3)
+        ran = await run_until_idle_async(billing)
+        assert [run.id for run in ran] == [handle.id]
+        assert (await handle.fetch_async()).result == 5

@@ -25,9 +25,10 @@ JOB_ACTIONS = ("next", "pause", "resume", "trigger")
 
 
 class JobNameConvertor(Convertor[str]):
-    """A job name in a path: it may hold ``/`` (names are any printable text), but does not end
-    in ``/next``, ``/pause``... so ``PATCH /jobs/x/next`` is no change of a job named ``x/next``
-    but a method ``/jobs/x/next`` does not allow (405)."""
+    """A job name in a path: it may hold ``/`` (names are any printable text) but not end in
+    ``/next``, ``/pause``, ``/resume`` or ``/trigger``, so ``PATCH /jobs/x/next`` is a method
+    that ``/jobs/x/next`` does not allow (405), not a change of a job named ``x/next`` (such a
+    name is reached by the job listing only)."""
 
     regex = r"[^/]+(?:/(?!(?:" + "|".join(JOB_ACTIONS) + r")$)[^/]+)*"
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from ..errors import ConflictError, InvalidArgumentError, WorkerNotFoundError
 from ..model import Run, WorkerInfo, WorkerState
 from ..states import ACTIVE
+from ..store import CONTROL_CHANNEL
 from ..validation import check_seconds, check_text, shorten
 from .access import Scope
 from .context import Context, naming
@@ -74,7 +75,7 @@ class WorkersService:
         return found[0]
 
     async def drain(self, worker_id: str) -> WorkerView:
-        """Ask a worker to drain: on its next heartbeat it stops claiming, finishes what it
+        """Ask a worker to drain: at once (it is woken) it stops claiming, finishes what it
         holds and stops, as on SIGTERM. A worker that stopped or was lost is a conflict."""
         self._c.write()
         view = await self._get(worker_id)
@@ -83,6 +84,8 @@ class WorkersService:
                 f"worker {worker_id!r} is {view.worker.state.value}: there is nothing to drain"
             )
         await self._c.store.request_drain(view.worker.id, self._c.now())
+        # Wake the workers' heartbeat loops so the drain starts now, not a heartbeat later.
+        await self._c.store.notify([CONTROL_CHANNEL])
         await self._c.audit("workers.drain", view.worker.id)
         return await self._get(worker_id)
 

@@ -63,7 +63,7 @@ async def test_webhook_secrets_never_leave(api: Api) -> None:
 
 async def test_replay_and_deliveries(api: Api) -> None:
     await subscribe(api, "replayer", start="earliest")
-    for i in range(3):
+    for _ in range(3):
         await api.call("POST", "/v1/topics/orders/events", json={"type": "order.created"})
     replayed = await api.call("POST", "/v1/subscriptions/replayer/replay", json={"offset": 2})
     assert replayed.status_code == 200, replayed.text

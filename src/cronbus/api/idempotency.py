@@ -22,6 +22,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from ..errors import ConflictError, CronbusError, InvalidArgumentError
+from ..services import RequestsService, Services
 from ..validation import shorten
 from .auth import authenticate
 from .problems import cronbus_problem, http_problem, validation_problem
@@ -83,13 +84,12 @@ async def answer_once(request: Request, handler: Handler, key: str) -> Response:
     check_key(key)
     access = await authenticate(request)
     state = api_state(request)
-    store = state.app.store
+    requests = Services(state.app, access).requests
     now = state.app.clock.now()
-    await _trim(state, now)
+    await _trim(state, requests, now)
     body_hash = fingerprint(request, await request.body())
-    token = access.token_id or access.actor
     route = f"{request.method} {request.url.path}"
-    stored = await store.claim_idempotency(token, route, key, body_hash, now)
+    stored = await requests.claim(route, key, body_hash)
     if stored is not None:
         if stored.body_hash != body_hash:
             raise ConflictError(
@@ -104,12 +104,12 @@ async def answer_once(request: Request, handler: Handler, key: str) -> Response:
     try:
         response = await _run(request, handler)
     except BaseException:
-        await store.release_idempotency(token, route, key)
+        await requests.release(route, key)
         raise
     if response.status_code >= 500:
-        await store.release_idempotency(token, route, key)
+        await requests.release(route, key)
         return response
-    await store.finish_idempotency(token, route, key, response.status_code, _kept(response))
+    await requests.finish(route, key, response.status_code, _kept(response))
     return response
 
 
@@ -140,12 +140,12 @@ def replay(status: int, stored: Any) -> Response:
     return Response(content=body, status_code=status, headers=headers, media_type=media_type)
 
 
-async def _trim(state: ApiState, now: float) -> None:
+async def _trim(state: ApiState, requests: RequestsService, now: float) -> None:
     if now - state.trimmed_at < TRIM_EVERY:
         return
     state.trimmed_at = now
     try:
-        trimmed = await state.app.store.trim_idempotency(now - state.settings.idempotency_ttl)
+        trimmed = await requests.trim(now - state.settings.idempotency_ttl)
     except CronbusError:
         log.warning("trimming idempotency records failed; trying again later", exc_info=True)
         return

@@ -28,10 +28,12 @@ from .access import LOCAL, Access, Scope
 from .audit import AuditService
 from .context import Context
 from .dead_letters import DeadLettersService
+from .health import HealthService
 from .jobs import JobsService
 from .namespaces import NamespacesService
 from .operations import OperationsService
 from .pages import Page
+from .requests import RequestsService
 from .runs import RunsService
 from .stats import Bucket, StatsService
 from .subscriptions import SubscriptionsService
@@ -72,12 +74,14 @@ __all__ = [
     "DeferResult",
     "DeliveryDetail",
     "EventInput",
+    "HealthService",
     "JobsService",
     "NamespacesService",
     "OperationsService",
     "Page",
     "PurgeResult",
     "ReplayResult",
+    "RequestsService",
     "RequeueResult",
     "RunDetail",
     "RunQuery",
@@ -135,6 +139,10 @@ class Services:
         """Bulk operations in the background: start, get, list, abort."""
         self.stats = StatsService(context)
         """Figures, cached a few seconds: counts by state, runs per minute."""
+        self.requests = RequestsService(context)
+        """Idempotent requests: claim, finish, release, trim the records of their keys."""
+        self.health = HealthService(context)
+        """Readiness of the store (no access needed)."""
 
     def __repr__(self) -> str:
         return f"<Services actor={self.access.actor!r} namespace={self.namespace!r}>"

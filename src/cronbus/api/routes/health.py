@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from fastapi import APIRouter, Request
 
 from ..._version import __version__
-from ...errors import CronbusError, StoreError
-from ...store.migrations import Migrator
+from ...services import Services
 from ..problems import responses
 from ..state import api_state
 
@@ -44,21 +43,4 @@ async def health() -> Health:
 async def ready(request: Request) -> Readiness:
     """``{"status": "ready"}`` when the store answers and its schema is up to date; a 503
     problem otherwise (the store is down, or ``cronbus migrate`` is pending)."""
-    store = api_state(request).app.store
-    try:
-        await store.check()
-        version = await store.schema_version()
-        if isinstance(store, Migrator):
-            versions = await store.schema_versions()
-            if versions.current != versions.latest:
-                raise StoreError(
-                    f"the store's schema is version {versions.current}, this cronbus needs "
-                    f"{versions.latest}; run `cronbus migrate`"
-                )
-    except StoreError:
-        raise
-    except CronbusError as exc:
-        raise StoreError(str(exc)) from exc
-    except OSError as exc:
-        raise StoreError(f"the store is not reachable: {exc}") from exc
-    return Readiness(schema_version=version)
+    return Readiness(schema_version=await Services(api_state(request).app).health.ready())

@@ -56,6 +56,10 @@ async def check_migrated(store: Store) -> None:
     done = await store.list_runs(RunFilter(namespace="default", states=[RunState.SUCCEEDED]))
     assert [r.id for r in done] == [2]
     assert await store.count_runs("default") == {RunState.QUEUED: 1, RunState.SUCCEEDED: 1}
+    # Creation times reach the payloads (run 2 had no payload row: it gets one, empty).
+    since = await store.list_runs(RunFilter(namespace="default", created_after=T0 + 1))
+    assert [(r.id, r.args) for r in since] == [(2, [])]
+    assert await store.list_runs(RunFilter(namespace="default", created_after=T0 + 5)) == []
     assert await store.runs_per_minute("default", T0, T0 + 60) == [
         (float(60 * (int(T0 + 2) // 60)), "succeeded", 1)
     ]

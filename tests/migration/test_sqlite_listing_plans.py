@@ -18,6 +18,7 @@ from cronbus.store.sqlite import sql as q
 
 FILTERS = {
     "namespace": (RunFilter(namespace="a", before_id=10**6), "runs_by_state"),
+    "namespace since": (RunFilter(namespace="a", created_after=5.0), "runs_by_state"),
     "state": (RunFilter(namespace="a", states=[RunState.DEAD]), "runs_by_state"),
     "states": (
         RunFilter(namespace="a", states=[RunState.DEAD, RunState.QUEUED], before_id=9),
@@ -70,11 +71,15 @@ async def test_listings_read_index_ranges_newest_first(tmp_path: Path, name: str
     for plan in ranges:
         assert "TEMP B-TREE" not in plan
         assert "SCAN r" not in plan
+        if filter.created_after is not None:
+            # The range starts at the first run created since then, found by a seek.
+            assert "id>?" in plan
+            assert "INDEX run_payloads_by_created (namespace=? AND created_at>?)" in plan
     if filter.namespace is None:
         assert len(ranges) == 2
-    if name == "namespace":
+    if name.startswith("namespace"):
         assert len(ranges) == len(RunState)  # a range per state: no index of its own
-    if filter.namespace is None or len(filter.states) > 1 or name == "namespace":
+    if filter.namespace is None or len(filter.states) > 1 or name.startswith("namespace"):
         # Several ranges: read as ids from the index alone, then the page's runs by id.
         assert all("COVERING INDEX" in plan for plan in ranges)
         assert "INTEGER PRIMARY KEY (rowid=?)" in last

@@ -236,6 +236,27 @@ def listing_index(filter: RunFilter) -> str:
     return "runs_by_state"
 
 
+CREATED_AFTER_PROBE = 1000
+"""A listing from a creation time also starts its ranges at the lowest id of the namespace's runs
+created since then, found through ``run_payloads_by_created`` when there are at most this many:
+without that bound, a window holding fewer runs than a page (the runs of the last minute) would
+scan every older run in vain. With more, each range fills its page before it gets that old."""
+
+
+def created_after_bound(index_hint: str, placeholder: str) -> str:
+    """The SQL of that bound for one range (its two parameters: the namespace, the time): exact,
+    whatever the clocks of the writers, since every run's payload row records its namespace and
+    creation time; 0 (no bound) when the runs created since are many, and beyond every id when
+    there are none."""
+    p = placeholder
+    return f"""r.id >= (
+        SELECT CASE WHEN count(*) = 0 THEN 9223372036854775807
+                    WHEN count(*) <= {CREATED_AFTER_PROBE} THEN min(run_id) ELSE 0 END
+        FROM (SELECT run_id FROM run_payloads {index_hint}
+              WHERE namespace = {p} AND created_at >= {p}
+              LIMIT {CREATED_AFTER_PROBE + 1}) AS since)"""
+
+
 def listing_arms(filter: RunFilter, namespaces: Sequence[str]) -> list[tuple[str, str | None]]:
     """The (namespace, state) ranges a listing reads, each in id order, merged newest first: one
     per namespace and state asked for; without states, one per namespace (by task, queue or

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...model import RunFilter
 from ...states import TERMINAL, sql_in
-from ..logic import listing_arms
+from ..logic import created_after_bound, listing_arms
 from .sql import RUN_COLUMNS, RUN_FROM, RUN_NAMESPACES
 
 COUNT_RUNS = "SELECT state, count(*) FROM runs GROUP BY state"
@@ -39,6 +39,7 @@ payloads AS (DELETE FROM run_payloads WHERE run_id IN (SELECT id FROM doomed)),
 attempts AS (DELETE FROM attempts WHERE run_id IN (SELECT id FROM doomed))
 SELECT id FROM doomed ORDER BY id
 """
+_SINCE = created_after_bound("", "%s")
 _FILTERS = (
     ("task", "r.task = %s"),
     ("queue", "r.queue = %s"),
@@ -65,6 +66,9 @@ def listing_query(filter: RunFilter, namespaces: Sequence[str]) -> tuple[str, li
         clauses.extend(clause for clause, _ in given)
         params.extend([namespace, *([state] if state is not None else [])])
         params.extend(value for _, value in given)
+        if filter.created_after is not None:
+            clauses.append(_SINCE)
+            params.extend([namespace, filter.created_after])
         params.append(filter.limit)
         condition = " AND ".join(clauses)
         if len(arms) == 1:

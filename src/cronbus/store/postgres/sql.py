@@ -91,7 +91,10 @@ _INSERT_NEW_RUNS = """
 INSERT_RUNS = f"""
 WITH new AS ({_NEW_RUNS}),
 inserted AS ({_INSERT_NEW_RUNS}),
-payloads AS (INSERT INTO run_payloads (run_id, args, kwargs) SELECT id, args, kwargs FROM new)
+payloads AS (
+    INSERT INTO run_payloads (run_id, args, kwargs, namespace, created_at)
+    SELECT id, args, kwargs, namespace, %(now)s FROM new
+)
 SELECT true, id FROM new ORDER BY ord
 """
 # Runs with an idempotency key or a (job, fire): DO NOTHING without a target covers both unique
@@ -102,8 +105,8 @@ INSERT_KEYED_RUNS = f"""
 WITH new AS ({_NEW_RUNS}),
 inserted AS ({_INSERT_NEW_RUNS} ON CONFLICT DO NOTHING RETURNING id),
 payloads AS (
-    INSERT INTO run_payloads (run_id, args, kwargs)
-    SELECT n.id, n.args, n.kwargs FROM new n JOIN inserted i ON i.id = n.id
+    INSERT INTO run_payloads (run_id, args, kwargs, namespace, created_at)
+    SELECT n.id, n.args, n.kwargs, n.namespace, %(now)s FROM new n JOIN inserted i ON i.id = n.id
 )
 SELECT i.id IS NOT NULL, coalesce(
     i.id,

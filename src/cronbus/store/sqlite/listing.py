@@ -17,7 +17,7 @@ from typing import Any
 
 from ...model import RunFilter
 from ...states import TERMINAL, sql_in
-from ..logic import listing_arms, listing_index
+from ..logic import created_after_bound, listing_arms, listing_index
 from ..rows import RUN_COLUMNS, RUN_FROM
 from .rows import Row
 from .sql import RUN_NAMESPACES
@@ -43,6 +43,7 @@ DELETE_PAYLOADS = "DELETE FROM run_payloads WHERE run_id IN (SELECT value FROM j
 DELETE_ATTEMPTS = "DELETE FROM attempts WHERE run_id IN (SELECT value FROM json_each(?))"
 
 
+_SINCE = created_after_bound("INDEXED BY run_payloads_by_created", "?")
 GET_RUNS = f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id IN (SELECT value FROM json_each(?))"
 
 
@@ -64,7 +65,11 @@ def list_runs(conn: sqlite3.Connection, filter: RunFilter) -> list[Row]:
     ids: list[int] = []
     for namespace, state in arms:
         clauses = ["r.namespace = ?", *(["r.state = ?"] if state is not None else []), *where]
-        params = [namespace, *([state] if state is not None else []), *common, filter.limit]
+        params = [namespace, *([state] if state is not None else []), *common]
+        if filter.created_after is not None:
+            clauses.append(_SINCE)
+            params.extend([namespace, filter.created_after])
+        params.append(filter.limit)
         condition = " AND ".join(clauses)
         if len(arms) == 1:
             source = RUN_FROM.replace("FROM runs r", f"FROM runs r INDEXED BY {index}")

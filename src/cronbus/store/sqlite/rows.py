@@ -49,7 +49,7 @@ def insert_runs(conn: sqlite3.Connection, runs: Sequence[NewRun], now: float) ->
     write lock makes them consecutive); keyed ones one at a time, to learn which were new.
     """
     out: list[Deferred | None] = [None] * len(runs)
-    payloads: list[tuple[int, str, str]] = []
+    payloads: list[tuple[int, str, str, str, float]] = []
     plain = [i for i, run in enumerate(runs) if run.idempotency_key is None and run.job_id is None]
     if plain:
         first = sequence(conn, "runs") + 1
@@ -58,14 +58,15 @@ def insert_runs(conn: sqlite3.Connection, runs: Sequence[NewRun], now: float) ->
             raise StoreError("run ids were not consecutive inside one transaction")
         for offset, i in enumerate(plain):
             out[i] = Deferred(id=first + offset, created=True)
-            payloads.append((first + offset, runs[i].args_json, runs[i].kwargs_json))
+            run = runs[i]
+            payloads.append((first + offset, run.args_json, run.kwargs_json, run.namespace, now))
     for i, run in enumerate(runs):
         if out[i] is not None:
             continue
         row = conn.execute(q.INSERT_KEYED_RUN, run_row(run, now)).fetchone()
         if row is not None:
             out[i] = Deferred(id=row[0], created=True)
-            payloads.append((row[0], run.args_json, run.kwargs_json))
+            payloads.append((row[0], run.args_json, run.kwargs_json, run.namespace, now))
             continue
         if run.idempotency_key is not None:
             existing = conn.execute(q.RUN_BY_KEY, (run.idempotency_key,)).fetchone()

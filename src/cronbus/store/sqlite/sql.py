@@ -30,7 +30,9 @@ VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 INSERT_KEYED_RUN = INSERT_RUN + " ON CONFLICT DO NOTHING RETURNING id"
 RUN_BY_FIRE = "SELECT id FROM runs WHERE job_id = ? AND fire_at = ?"
 RUN_BY_KEY = "SELECT id FROM runs WHERE idempotency_key = ?"
-INSERT_PAYLOAD = "INSERT INTO run_payloads (run_id, args, kwargs) VALUES (?, ?, ?)"
+INSERT_PAYLOAD = """
+INSERT INTO run_payloads (run_id, args, kwargs, namespace, created_at) VALUES (?, ?, ?, ?, ?)
+"""
 
 PROMOTE_DUE = f"""
 UPDATE runs INDEXED BY runs_due SET state = {_to(RunEvent.DUE)}, updated_at = :now

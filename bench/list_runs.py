@@ -22,7 +22,8 @@ milliseconds. Target: p99 under 50 ms, deep pages no slower than first ones.
 
 The seeded runs: 90% in namespace ``default`` (the one listed), 10% in ``shop``; states
 succeeded 85%, dead 3%, queued 4%, scheduled 4%, running 2%, cancelled 2%; 20 tasks, 5 queues;
-each run has its payload row, and ended runs an attempt. Seeding 1,000,000 runs takes a minute or
+each run has its payload row (with its namespace and creation time, as a defer writes it), and
+ended runs an attempt. Seeding 1,000,000 runs takes a minute or
 two per store, so this benchmark is not in ``run.py``'s default set; run it on its own:
 
     .venv/bin/python bench/list_runs.py                       # both stores, 1,000,000 runs
@@ -127,8 +128,8 @@ def seed_sqlite(path: Path, runs: int) -> None:
         with conn:
             conn.execute(_INSERT_RUNS + _seed_select(series, "i"))
             conn.execute(
-                "INSERT INTO run_payloads (run_id, args, kwargs) "
-                "SELECT id, '[1, \"two\"]', '{\"k\": 3}' FROM runs"
+                "INSERT INTO run_payloads (run_id, args, kwargs, namespace, created_at) "
+                "SELECT id, '[1, \"two\"]', '{\"k\": 3}', namespace, created_at FROM runs"
             )
             conn.execute(
                 "INSERT INTO attempts (run_id, number, worker_id, started_at, finished_at, "
@@ -155,8 +156,8 @@ def seed_postgres(schema: str, runs: int) -> None:
             (_INSERT_RUNS + _seed_select(f"generate_series(1, {runs}) AS s(i)", "i")).encode()
         )
         conn.execute(
-            b"INSERT INTO run_payloads (run_id, args, kwargs) "
-            b"SELECT id, '[1, \"two\"]', '{\"k\": 3}' FROM runs"
+            b"INSERT INTO run_payloads (run_id, args, kwargs, namespace, created_at) "
+            b"SELECT id, '[1, \"two\"]', '{\"k\": 3}', namespace, created_at FROM runs"
         )
         conn.execute(
             b"INSERT INTO attempts (run_id, number, worker_id, started_at, finished_at, outcome, "

@@ -198,10 +198,13 @@ class Database:
                 raise
         self.hub.wake_local(tx.nudges)
 
-    async def rows(self, query: QueryNoTemplate, params: Params | None = None) -> list[Row]:
-        """One statement on its own (autocommit: one round trip)."""
+    async def rows(
+        self, query: QueryNoTemplate, params: Params | None = None, *, prepare: bool | None = None
+    ) -> list[Row]:
+        """One statement on its own (autocommit: one round trip). ``prepare=False`` plans it
+        for its parameters every time (never a generic plan), as psycopg's ``execute``."""
         async with self.connection() as conn:
-            return await (await conn.execute(query, params)).fetchall()
+            return await (await conn.execute(query, params, prepare=prepare)).fetchall()
 
     async def one(self, query: QueryNoTemplate, params: Params | None = None) -> Row | None:
         """The first row of one statement on its own, if any."""

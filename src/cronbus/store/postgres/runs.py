@@ -129,7 +129,11 @@ class PostgresRuns(Connected):
             if not namespaces:
                 return []
         query, params = listing.listing_query(filter, namespaces)
-        return [run_from_row(row) for row in await self._db.rows(query, params)]
+        # A creation time's bound is known only when the statement runs: a generic plan, made
+        # for any bound, reads whole ranges; a plan for this bound reads from it.
+        prepare = None if filter.created_after is None else False
+        rows = await self._db.rows(query, params, prepare=prepare)
+        return [run_from_row(row) for row in rows]
 
     async def list_attempts(self, run_id: int) -> list[Attempt]:
         """A run's attempts, oldest first."""

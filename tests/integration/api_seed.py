@@ -13,8 +13,10 @@ the run can aim requests at resources that exist instead of stopping at 404s.
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from cronbus import App
 from cronbus.admin_records import OperationState
@@ -302,6 +304,8 @@ async def _deliver(app: App, seeded: Seeded) -> None:
 
 
 async def _worker(app: App, seeded: Seeded) -> None:
+    # A heartbeat ahead of now keeps the worker alive (drainable) for the whole run, with no
+    # process beating for it.
     now = app.clock.now()
     await app.store.register_worker(
         WorkerInfo(
@@ -313,7 +317,7 @@ async def _worker(app: App, seeded: Seeded) -> None:
             concurrency=4,
             version="0.0.0",
             started_at=now,
-            heartbeat_at=now,
+            heartbeat_at=now + 600.0,
             tasks=["add", "send", "noop", "flaky"],
         )
     )
@@ -333,3 +337,139 @@ async def _operation(services: Services, seeded: Seeded) -> None:
     # The retried run is queued again: it is no longer a dead letter.
     seeded.runs[RunState.DEAD].remove(retried)
     seeded.runs.setdefault(RunState.QUEUED, []).append(retried)
+
+
+SECRET = "whsec_" + base64.b64encode(b"schemathesis-seed-secret-24b").decode()
+"""A Standard Webhooks signing secret of the form subscriptions take."""
+
+
+def valid_requests(seeded: Seeded, now: float) -> dict[str, list[dict[str, Any]]]:
+    """Requests each operation should accept (2xx), by operation label (``METHOD /path``):
+    ``path_parameters``, ``query`` and ``body`` of each. Random bodies seldom name a task
+    that exists with arguments that fit; these reach the handlers that create and change."""
+    queued = seeded.runs[RunState.QUEUED]
+    dead = seeded.runs[RunState.DEAD]
+    return {
+        "POST /v1/runs": [
+            {"body": {"task": "noop"}},
+            {"body": {"task": "add", "args": [1, 2], "priority": 3, "delay": 30.0}},
+            {
+                "body": {
+                    "task": "send",
+                    "kwargs": {"to": "a@example.com", "subject": "s"},
+                    "queue": "mail",
+                    "idempotency_key": "st-once",
+                }
+            },
+            {"body": {"task": "send", "args": ["a@example.com"], "idempotency_key": "st-once"}},
+            {"body": {"task": "add", "args": [2**40, -1], "eta": now + 600.0}},
+        ],
+        "POST /v1/jobs": [
+            {"body": {"name": "st-every", "task": "noop", "every": 60}},
+            {
+                "body": {
+                    "name": "st-cron",
+                    "task": "add",
+                    "cron": "*/10 * * * *",
+                    "args": [1, 2],
+                    "tz": "Europe/Paris",
+                    "jitter": 1.5,
+                    "misfire": "skip",
+                    "overlap": "skip",
+                    "max_fires": 10,
+                    "queue": "q1",
+                    "priority": 5,
+                    "paused": True,
+                }
+            },
+            {
+                "body": {
+                    "name": "st/at",
+                    "task": "send",
+                    "at": "2099-01-01T00:00:00Z",
+                    "kwargs": {"to": "x@example.com"},
+                }
+            },
+            {"body": {"name": "st-after", "task": "noop", "after": "PT5M"}},
+            {
+                "body": {"name": "st-shop", "task": "noop", "every": 30},
+                "query": {"namespace": OTHER_NAMESPACE},
+            },
+        ],
+        "PATCH /v1/jobs/{name}": [
+            {"path_parameters": {"name": "nightly-report"}, "body": {"cron": "0 4 * * *"}},
+            {"path_parameters": {"name": "paused-sum"}, "body": {"args": [5, 6]}},
+            {"path_parameters": {"name": "reports/weekly"}, "body": {"paused": True}},
+            {"path_parameters": {"name": "every-minute"}, "body": {"every": 120, "jitter": 2.0}},
+        ],
+        "POST /v1/subscriptions": [
+            {
+                "body": {
+                    "name": "st-hook",
+                    "topic": TOPIC,
+                    "webhook": "http://127.0.0.1:9/st",
+                    "types": ["order.*"],
+                    "max_attempts": 2,
+                    "secrets": [SECRET],
+                    "headers": {"X-Team": "st"},
+                }
+            },
+            {
+                "body": {
+                    "name": "st-task",
+                    "topic": TOPIC,
+                    "task": "on_event",
+                    "start": "earliest",
+                    "ordered": True,
+                    "data": {"id": [1, 2]},
+                }
+            },
+        ],
+        "PATCH /v1/subscriptions/{name}": [
+            {"path_parameters": {"name": "hook"}, "body": {"max_attempts": 5, "timeout": 3.0}},
+            {"path_parameters": {"name": "tasked"}, "body": {"types": ["order.created"]}},
+        ],
+        "POST /v1/topics/{topic}/events": [
+            {
+                "path_parameters": {"topic": TOPIC},
+                "body": {"type": "order.paid", "data": [1, None]},
+            },
+        ],
+        "POST /v1/topics/{topic}/events/batch": [
+            {
+                "path_parameters": {"topic": TOPIC},
+                "body": {
+                    "events": [
+                        {"type": "order.created", "data": {"id": 9}, "key": "c1"},
+                        {"type": "order.paid", "subject": "9", "id": "st-event-1"},
+                    ]
+                },
+            },
+        ],
+        "POST /v1/subscriptions/{name}/replay": [
+            {"path_parameters": {"name": "tasked"}, "body": {"offset": 2}},
+            {"path_parameters": {"name": "hook"}, "body": {"since": now - 3600.0}},
+        ],
+        "POST /v1/namespaces": [{"body": {"name": "st-ns"}}],
+        "POST /v1/tokens": [
+            {"body": {"name": "st-token", "scope": "read", "namespaces": ["default"]}},
+            {"body": {"name": "st-w", "scope": "write", "namespaces": ["*"], "expires_in": 60}},
+        ],
+        "POST /v1/operations": [
+            {"body": {"kind": "runs.cancel", "ids": [queued[0]]}},
+            {"body": {"kind": "runs.retry", "filter": {"task": "flaky"}}},
+            {
+                "body": {
+                    "kind": "dead_letters.requeue",
+                    "ids": [],
+                    "delivery_ids": seeded.dead_deliveries[:1],
+                }
+            },
+            {"body": {"kind": "subscriptions.replay", "ids": ["tasked"], "offset": 1}},
+        ],
+        "POST /v1/dead-letters/requeue": [{"body": {"runs": dead[:1]}}],
+        "POST /v1/dead-letters/purge": [
+            {"body": {"runs": dead[-1:], "deliveries": seeded.dead_deliveries[-1:]}}
+        ],
+        "POST /v1/workers/{worker_id}/drain": [{"path_parameters": {"worker_id": WORKER_ID}}],
+    }

@@ -19,10 +19,11 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from .. import runner
-from ..app import App
-from ..errors import ConfigurationError
+from ..app import NAMESPACE_VARIABLE, App
+from ..errors import ConfigurationError, InvalidArgumentError
 from ..fairness import EVERY_QUEUE, parse_queues
 from ..store import StoreFaultError
+from ..validation import check_namespace
 from ..worker.serving import check_labels
 from .loading import CliError, app_options, resolve_app
 
@@ -33,10 +34,42 @@ _RICH_FORMAT = "%(name)s: %(message)s"
 log = logging.getLogger("cronbus.runner")
 
 
+def _check_namespace(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_namespace(value)
+    except InvalidArgumentError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _namespace_option(fn: FC) -> FC:
+    """``--namespace`` (as ``namespace``): the namespace the role serves."""
+    return click.option(
+        "--namespace",
+        metavar="NAME",
+        envvar=NAMESPACE_VARIABLE,
+        callback=_check_namespace,
+        help="The namespace to serve: a worker claims only its runs, and the app's code jobs "
+        "and subscriptions are synced into it. Default: CRONBUS_NAMESPACE, else the app's.",
+    )(fn)
+
+
+def _load(app_spec: str, store_url: str | None, namespace: str | None) -> App:
+    """The app the role serves, moved to ``namespace`` when one is given."""
+    app = resolve_app(app_spec, store_url)
+    if namespace is not None:
+        # Its code jobs and subscriptions move with it, so the scheduler and the dispatcher
+        # sync them into the namespace served.
+        app.use_namespace(namespace)
+    return app
+
+
 def _role_options(fn: FC) -> FC:
     """The options ``server`` and ``worker`` share."""
     decorators = [
         app_options(app_required=True),
+        _namespace_option,
         click.option(
             "--queues",
             metavar="NAME[:WEIGHT],...",
@@ -86,6 +119,7 @@ def _role_options(fn: FC) -> FC:
 def server(
     app_spec: str,
     store_url: str | None,
+    namespace: str | None,
     queues: str | None,
     concurrency: int | None,
     labels: str,
@@ -101,8 +135,7 @@ def server(
     attempts get a grace period to finish, and a second signal requeues them at once.
     """
     _run_role(
-        app_spec,
-        store_url,
+        _load(app_spec, store_url, namespace),
         queues,
         concurrency,
         labels,
@@ -119,6 +152,7 @@ def server(
 def worker(
     app_spec: str,
     store_url: str | None,
+    namespace: str | None,
     queues: str | None,
     concurrency: int | None,
     labels: str,
@@ -129,11 +163,13 @@ def worker(
     Start as many as needed, on any machine that reaches the store; the app's startup hooks
     are left to `cronbus server`. Stop it with SIGTERM or Ctrl-C as for the server.
     """
-    _run_role(app_spec, store_url, queues, concurrency, labels, log_level, startup=False)
+    app = _load(app_spec, store_url, namespace)
+    _run_role(app, queues, concurrency, labels, log_level, startup=False)
 
 
 @click.command()
 @app_options(app_required=True)
+@_namespace_option
 @click.option(
     "--log-level",
     type=click.Choice(_LEVELS, case_sensitive=False),
@@ -141,19 +177,20 @@ def worker(
     show_default=True,
     help="Log records below this level are not shown.",
 )
-def scheduler(app_spec: str, store_url: str | None, log_level: str) -> None:
+def scheduler(app_spec: str, store_url: str | None, namespace: str | None, log_level: str) -> None:
     """Run a scheduler only: fire due jobs into runs, exactly once per fire.
 
     Start one or several: they share the work through the store, and a fire creates one run
     however many run. The app's code-defined jobs are synced to the store at start.
     """
-    app = resolve_app(app_spec, store_url)
+    app = _load(app_spec, store_url, namespace)
     setup_logging(log_level)
     _serve(app, startup=False, worker=False, scheduler=True)
 
 
 @click.command()
 @app_options(app_required=True)
+@_namespace_option
 @click.option(
     "--log-level",
     type=click.Choice(_LEVELS, case_sensitive=False),
@@ -161,21 +198,20 @@ def scheduler(app_spec: str, store_url: str | None, log_level: str) -> None:
     show_default=True,
     help="Log records below this level are not shown.",
 )
-def dispatcher(app_spec: str, store_url: str | None, log_level: str) -> None:
+def dispatcher(app_spec: str, store_url: str | None, namespace: str | None, log_level: str) -> None:
     """Run a dispatcher only: push the events of subscriptions to their targets.
 
     Start one or several: each subscription's pusher is held by one dispatcher at a time
     through a lease, and moves to another when its holder dies. The app's `@app.subscribe`
     handlers are synced to the store at start.
     """
-    app = resolve_app(app_spec, store_url)
+    app = _load(app_spec, store_url, namespace)
     setup_logging(log_level)
     _serve(app, startup=False, worker=False, dispatcher=True)
 
 
 def _run_role(
-    app_spec: str,
-    store_url: str | None,
+    app: App,
     queues: str | None,
     concurrency: int | None,
     labels: str,
@@ -186,7 +222,6 @@ def _run_role(
     dispatcher: bool = False,
     api: tuple[str, int] | None = None,
 ) -> None:
-    app = resolve_app(app_spec, store_url)
     spec = queues if queues is not None else EVERY_QUEUE
     try:
         parse_queues(spec)  # refuse a bad --queues before the store is opened

@@ -4,6 +4,8 @@
 SIGTERM or SIGINT stops the scheduler and the dispatcher (pushes in flight get their timeout to
 end, then the leases are let go) and drains the worker (claim nothing more, let running
 attempts finish within the grace period, requeue the rest); a second signal ends the grace.
+An operator's drain of the process's worker (``cronbus workers drain ID``) stops it the same
+way: the worker drains, then every other role stops, and the process exits with status 0.
 
 A thread task blocked outside Python code cannot be interrupted: it is abandoned, and
 :func:`serve` returns how many are still running, so that the command line can end the process
@@ -113,6 +115,8 @@ class Roles:
         """The store checked every ``check_seconds`` while the roles run (None: unchecked)."""
         self.check_seconds = check_seconds
         self._stop_dispatching = asyncio.Event()
+        self._stopping = False
+        """True once :meth:`stop` was called (a signal, a store fault, the worker's end)."""
 
     async def run(self) -> None:
         """Run every role until all have stopped; raise :class:`StoreFaultError` (after
@@ -134,8 +138,13 @@ class Roles:
                 return
             fault = watching.result()
             log.error("%s; stopping", fault, extra={"action": "store.fault"})
-            # At once: what running attempts would still write goes to a file no one sees.
-            self.stop(hurry=True)
+            self.stop()
+            if self.worker is not None:
+                # At once: what running attempts would still write goes to a file no one sees.
+                # The API is not hurried: uvicorn's forced exit skips the app's lifespan
+                # shutdown, whose task is then cancelled as the loop closes and logged as an
+                # error with a traceback; its requests fail fast on the missing store anyway.
+                self.worker.request_stop(hurry=True)
             await asyncio.wait({roles}, timeout=FAULT_STOP_SECONDS)
             raise fault
         finally:
@@ -144,12 +153,35 @@ class Roles:
             await asyncio.gather(watching, roles, return_exceptions=True)
 
     async def _run_roles(self) -> None:
-        running = [role.run() for role in (self.scheduler, self.worker) if role is not None]
+        running = [self.scheduler.run()] if self.scheduler is not None else []
+        if self.worker is not None:
+            running.append(self._work(self.worker))
         if self.dispatcher is not None:
             running.append(self.dispatcher.run(self._stop_dispatching))
         if self.api is not None:
             running.append(self.api.serve())
         await asyncio.gather(*running)
+
+    async def _work(self, worker: Worker) -> None:
+        """Run the worker; when it stops, stop the other roles too.
+
+        A worker stops on its own when an operator asks it to drain (``cronbus workers drain
+        ID``, ``POST /v1/workers/{id}/drain``): its heartbeat sees the request and it drains as
+        on SIGTERM. In ``cronbus server`` the worker is one role of one process, so draining
+        it means stopping the process: every other role is stopped the way SIGTERM stops it,
+        and the command exits with status 0. After a signal, the others are stopping already
+        and this changes nothing."""
+        try:
+            await worker.run()
+        finally:
+            others = (self.scheduler, self.dispatcher, self.api)
+            if any(role is not None for role in others) and not self._stopping:
+                log.info(
+                    "worker %s stopped: stopping the other roles of this process",
+                    worker.id,
+                    extra={"action": "process.stop"},
+                )
+            self.stop()
 
     async def _watch(self, store: Store) -> StoreFaultError:
         """Check the store every ``check_seconds`` until it fails; return its fault."""
@@ -167,6 +199,7 @@ class Roles:
     def stop(self, *, hurry: bool = False) -> None:
         """Stop the scheduler, the dispatcher and the API, and drain the worker (at once with
         ``hurry``)."""
+        self._stopping = True
         self._stop_dispatching.set()
         if self.api is not None:
             self.api.stop(hurry=hurry)

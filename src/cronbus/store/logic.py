@@ -243,17 +243,20 @@ without that bound, a window holding fewer runs than a page (the runs of the las
 scan every older run in vain. With more, each range fills its page before it gets that old."""
 
 
-def created_after_bound(index_hint: str, placeholder: str) -> str:
-    """The SQL of that bound for one range (its two parameters: the namespace, the time): exact,
-    whatever the clocks of the writers, since every run's payload row records its namespace and
-    creation time; 0 (no bound) when the runs created since are many, and beyond every id when
-    there are none."""
-    p = placeholder
-    return f"""r.id >= (
-        SELECT CASE WHEN count(*) = 0 THEN 9223372036854775807
+NO_RUNS_SINCE = 9223372036854775807
+"""The bound when no run of the namespace was created since: beyond every id."""
+
+
+def created_after_bound(index_hint: str, namespace: str, since: str) -> str:
+    """The SQL of that bound for one namespace (``namespace`` and ``since`` are the SQL of the
+    namespace and the time): exact, whatever the clocks of the writers, since every run's payload
+    row records its namespace and creation time; 0 (no bound) when the runs created since are
+    many, and :data:`NO_RUNS_SINCE` when there are none."""
+    return f"""(
+        SELECT CASE WHEN count(*) = 0 THEN {NO_RUNS_SINCE}
                     WHEN count(*) <= {CREATED_AFTER_PROBE} THEN min(run_id) ELSE 0 END
         FROM (SELECT run_id FROM run_payloads {index_hint}
-              WHERE namespace = {p} AND created_at >= {p}
+              WHERE namespace = {namespace} AND created_at >= {since}
               LIMIT {CREATED_AFTER_PROBE + 1}) AS since)"""
 
 

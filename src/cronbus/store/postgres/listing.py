@@ -11,7 +11,7 @@ one index), merged, then the page's runs read whole.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...model import RunFilter
@@ -39,7 +39,12 @@ payloads AS (DELETE FROM run_payloads WHERE run_id IN (SELECT id FROM doomed)),
 attempts AS (DELETE FROM attempts WHERE run_id IN (SELECT id FROM doomed))
 SELECT id FROM doomed ORDER BY id
 """
-_SINCE = created_after_bound("", "%s")
+# Each namespace's bound is read first, so that the listing is planned knowing it (an InitPlan's
+# value is unknown to the planner, which then may choose to read a whole range).
+SINCE_BOUNDS = f"""
+SELECT s.name, {created_after_bound("", "s.name", "%(since)s")}
+FROM unnest(%(spaces)b::text[]) AS s(name)
+"""
 _FILTERS = (
     ("task", "r.task = %s"),
     ("queue", "r.queue = %s"),
@@ -50,11 +55,14 @@ _FILTERS = (
 )
 
 
-def listing_query(filter: RunFilter, namespaces: Sequence[str]) -> tuple[str, list[Any]]:
+def listing_query(
+    filter: RunFilter, namespaces: Sequence[str], bounds: Mapping[str, int] | None = None
+) -> tuple[str, list[Any]]:
     """The statement of a listing and its parameters: one range per (namespace, state).
 
     One range is read whole; several are read as ids (index-only where the index covers the
-    filter), merged, and only the page's runs are read whole.
+    filter), merged, and only the page's runs are read whole. ``bounds`` are the lowest ids
+    the namespaces' ranges start from (:data:`SINCE_BOUNDS`; 0: none).
     """
     shared = [(clause, getattr(filter, name)) for name, clause in _FILTERS]
     given = [(clause, value) for clause, value in shared if value is not None]
@@ -66,9 +74,9 @@ def listing_query(filter: RunFilter, namespaces: Sequence[str]) -> tuple[str, li
         clauses.extend(clause for clause, _ in given)
         params.extend([namespace, *([state] if state is not None else [])])
         params.extend(value for _, value in given)
-        if filter.created_after is not None:
-            clauses.append(_SINCE)
-            params.extend([namespace, filter.created_after])
+        if bounds and bounds.get(namespace):
+            clauses.append("r.id >= %s")
+            params.append(bounds[namespace])
         params.append(filter.limit)
         condition = " AND ".join(clauses)
         if len(arms) == 1:

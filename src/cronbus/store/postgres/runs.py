@@ -16,7 +16,7 @@ from ...model import (
     RunFilter,
 )
 from ...states import RunEvent, RunState, sources, sql_match
-from ..logic import cancel_state, wakeups
+from ..logic import NO_RUNS_SINCE, cancel_state, wakeups
 from ..rows import attempt_from_row, run_from_row
 from . import listing
 from . import sql as q
@@ -128,10 +128,18 @@ class PostgresRuns(Connected):
             namespaces = [row[0] for row in await self._db.rows(q.RUN_NAMESPACES)]
             if not namespaces:
                 return []
-        query, params = listing.listing_query(filter, namespaces)
-        # A creation time's bound is known only when the statement runs: a generic plan, made
-        # for any bound, reads whole ranges; a plan for this bound reads from it.
-        prepare = None if filter.created_after is None else False
+        bounds: dict[str, int] | None = None
+        if filter.created_after is not None:
+            since = {"spaces": namespaces, "since": filter.created_after}
+            found = await self._db.rows(listing.SINCE_BOUNDS, since)
+            bounds = {name: int(bound) for name, bound in found}
+            namespaces = [name for name in namespaces if bounds[name] != NO_RUNS_SINCE]
+            if not namespaces:
+                return []
+        query, params = listing.listing_query(filter, namespaces, bounds)
+        # A listing with a creation time is planned for its bounds (a generic plan, made for
+        # any bound, may read whole ranges).
+        prepare = None if bounds is None else False
         rows = await self._db.rows(query, params, prepare=prepare)
         return [run_from_row(row) for row in rows]
 

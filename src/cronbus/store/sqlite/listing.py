@@ -43,7 +43,7 @@ DELETE_PAYLOADS = "DELETE FROM run_payloads WHERE run_id IN (SELECT value FROM j
 DELETE_ATTEMPTS = "DELETE FROM attempts WHERE run_id IN (SELECT value FROM json_each(?))"
 
 
-_SINCE = created_after_bound("INDEXED BY run_payloads_by_created", "?")
+_SINCE = "r.id >= " + created_after_bound("INDEXED BY run_payloads_by_created", "?", "?")
 GET_RUNS = f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id IN (SELECT value FROM json_each(?))"
 
 

@@ -8,8 +8,9 @@ schema, valid ones and invalid ones, all sent with an admin token; then, for ope
 path parameter, cases (valid, then invalid) aimed at resources that exist (the ids and names the
 seed made, in the namespace that holds them), so the run reaches past the 404s into the
 handlers. Each response must not be a 5xx, and its status code, media type, headers and body
-must be those the document declares. Operations run reads first, then changes, then deletions,
-so the seeded resources are still there while they are read.
+must be those the document declares; the first success of each operation is sent again without
+a token and with a forged one, and must then be a 401. Operations run reads first, then
+changes, then deletions, so the seeded resources are still there while they are read.
 
 Bounded for CI: a fixed number of cases per operation, generated deterministically
 (``derandomize``), so two runs send the same requests. Failures are collected, not raised
@@ -87,6 +88,9 @@ CHECKS = [
     response_schema_conformance,
 ]
 """What every response is checked for."""
+
+OPEN = {"GET /v1/health", "GET /v1/ready"}
+"""The operations that need no token."""
 
 # Seeded resources that live in the other namespace: requests for them name it.
 IN_OTHER_NAMESPACE = {"shop-sync", "shop.events"}
@@ -291,6 +295,8 @@ def fuzz(served: Served) -> Report:
     # Default settings, not a schemathesis.toml someone may leave about: the same run everywhere.
     config = schemathesis.Config()
     schema = schemathesis.openapi.from_url(f"{served.url}/openapi.json", config=config)
+    schema.validate()  # a valid OpenAPI document (raises saying where it is not)
+    assert not schema.iter_schema_warnings(), schema.iter_schema_warnings()
     operations = sorted(
         (result.ok() for result in schema.get_all_operations()), key=lambda o: _phase_order(o.label)
     )
@@ -298,13 +304,34 @@ def fuzz(served: Served) -> Report:
     valid = valid_requests(served.seeded, time.time())
     with requests.Session() as session:
 
+        def check_auth_enforced(case: Case) -> None:
+            """The first request of an operation that succeeded, sent again without a token
+            and with a forged one: both must be 401."""
+            for forged in (None, "Bearer cb_000000000000_forged"):
+                request = case.as_transport_kwargs(base_url=served.url)
+                headers = {
+                    k: v for k, v in request.pop("headers").items() if k.lower() != "authorization"
+                }
+                if forged is not None:
+                    headers["Authorization"] = forged
+                answer = session.request(**request, headers=headers)
+                report.cases += 1
+                report.statuses[answer.status_code] += 1
+                if answer.status_code != 401:
+                    report.fail_plain(
+                        case.operation.label,
+                        f"{answer.status_code} with token {forged}, not 401: {answer.text[:300]}",
+                    )
+
         def send(case: Case) -> tuple[int, str]:
             report.cases += 1
             response = case.call(base_url=served.url, session=session, headers=auth)
             report.statuses[response.status_code] += 1
             report.operations.add(case.operation.label)
-            if response.status_code < 300:
+            if response.status_code < 300 and case.operation.label not in report.succeeded:
                 report.succeeded.add(case.operation.label)
+                if case.operation.label not in OPEN:
+                    check_auth_enforced(case)
             try:
                 case.validate_response(response, checks=CHECKS, headers=auth)
             except FailureGroup as group:

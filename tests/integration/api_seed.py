@@ -50,6 +50,8 @@ class Seeded:
     tokens: list[str] = field(default_factory=list)
     """Ids of the other tokens (each scope, one revoked): fair game for revoking."""
     namespaces: list[str] = field(default_factory=list)
+    probes: dict[str, str] = field(default_factory=dict)
+    """Tokens of scope ``read`` and ``write`` over ``default`` (by scope), for refusals."""
 
     @property
     def run_ids(self) -> list[int]:
@@ -101,6 +103,12 @@ async def _tokens(services: Services, seeded: Seeded) -> None:
     revoked, _ = await services.tokens.create(name="seed-revoked", scope="read", namespaces=["*"])
     await services.tokens.revoke(revoked.id)
     seeded.tokens.append(revoked.id)
+    # Tokens the run itself sends (their ids are not offered for revoking).
+    for scope in ("read", "write"):
+        _, text = await services.tokens.create(
+            name=f"probe-{scope}", scope=scope, namespaces=["default"]
+        )
+        seeded.probes[scope] = text
 
 
 async def _jobs(services: Services, seeded: Seeded) -> None:

@@ -9,8 +9,9 @@ path parameter, cases (valid, then invalid) aimed at resources that exist (the i
 seed made, in the namespace that holds them), so the run reaches past the 404s into the
 handlers. Each response must not be a 5xx, and its status code, media type, headers and body
 must be those the document declares; the first success of each operation is sent again without
-a token and with a forged one, and must then be a 401. Operations run reads first, then
-changes, then deletions, so the seeded resources are still there while they are read.
+a token and with a forged one (401), and with a token of too low a scope (403). Operations run
+reads first, then changes, then deletions, so the seeded resources are still there while they
+are read.
 
 Bounded for CI: a fixed number of cases per operation, generated deterministically
 (``derandomize``), so two runs send the same requests. Failures are collected, not raised
@@ -91,6 +92,14 @@ CHECKS = [
 
 OPEN = {"GET /v1/health", "GET /v1/ready"}
 """The operations that need no token."""
+ADMIN_ONLY = {
+    "GET /v1/tokens",
+    "POST /v1/tokens",
+    "DELETE /v1/tokens/{token_id}",
+    "POST /v1/namespaces",
+    "DELETE /v1/namespaces/{name}",
+}
+"""The operations a ``write`` token may not use (``read`` tokens may use no other than GETs)."""
 
 # Seeded resources that live in the other namespace: requests for them name it.
 IN_OTHER_NAMESPACE = {"shop-sync", "shop.events"}
@@ -304,24 +313,37 @@ def fuzz(served: Served) -> Report:
     valid = valid_requests(served.seeded, time.time())
     with requests.Session() as session:
 
+        def resend(case: Case, authorization: str | None, expected: int) -> None:
+            """Send ``case`` again with another Authorization (None: none); the answer must
+            be ``expected``."""
+            request = case.as_transport_kwargs(base_url=served.url)
+            headers = {
+                k: v for k, v in request.pop("headers").items() if k.lower() != "authorization"
+            }
+            if authorization is not None:
+                headers["Authorization"] = authorization
+            answer = session.request(**request, headers=headers)
+            report.cases += 1
+            report.statuses[answer.status_code] += 1
+            if answer.status_code != expected:
+                shown = (authorization or "no token")[:20]
+                report.fail_plain(
+                    case.operation.label,
+                    f"{answer.status_code} with {shown}..., not {expected}: {answer.text[:300]}",
+                )
+
         def check_auth_enforced(case: Case) -> None:
             """The first request of an operation that succeeded, sent again without a token
-            and with a forged one: both must be 401."""
-            for forged in (None, "Bearer cb_000000000000_forged"):
-                request = case.as_transport_kwargs(base_url=served.url)
-                headers = {
-                    k: v for k, v in request.pop("headers").items() if k.lower() != "authorization"
-                }
-                if forged is not None:
-                    headers["Authorization"] = forged
-                answer = session.request(**request, headers=headers)
-                report.cases += 1
-                report.statuses[answer.status_code] += 1
-                if answer.status_code != 401:
-                    report.fail_plain(
-                        case.operation.label,
-                        f"{answer.status_code} with token {forged}, not 401: {answer.text[:300]}",
-                    )
+            and with a forged one (401 both), and with a token whose scope is too low for it
+            (403)."""
+            resend(case, None, 401)
+            resend(case, "Bearer cb_000000000000_forged", 401)
+            label = case.operation.label
+            low = (
+                "write" if label in ADMIN_ONLY else "read" if not label.startswith("GET") else None
+            )
+            if low is not None:
+                resend(case, f"Bearer {served.seeded.probes[low]}", 403)
 
         def send(case: Case) -> tuple[int, str]:
             report.cases += 1

@@ -117,6 +117,12 @@ async def _jobs(services: Services, seeded: Seeded) -> None:
         ("every-minute", "noop", JobOptions(every=60.0)),
         ("paused-sum", "add", JobOptions(cron="*/5 * * * *", args=[1, 2], paused=True)),
         ("reports/weekly", "noop", JobOptions(cron="0 6 * * mon", tz="Europe/Paris")),
+        ("once-later", "noop", JobOptions(at="2099-06-01T12:00:00+02:00")),
+        (
+            "after-delay",
+            "add",
+            JobOptions(after=600.0, args=[3, 4], misfire="skip", overlap="skip", max_fires=1),
+        ),
     ):
         await services.jobs.create(name, task, options)
         seeded.jobs.append(name)

@@ -11,7 +11,7 @@ handlers. Each response must not be a 5xx, and its status code, media type, head
 must be those the document declares; the first success of each operation is sent again without
 a token and with a forged one (401), and with a token of too low a scope (403). Operations run
 reads first, then changes, then deletions, so the seeded resources are still there while they
-are read.
+are read; then every GET runs once more over what the changes made.
 
 Bounded for CI: a fixed number of cases per operation, generated deterministically
 (``derandomize``), so two runs send the same requests. Failures are collected, not raised
@@ -102,7 +102,7 @@ ADMIN_ONLY = {
 """The operations a ``write`` token may not use (``read`` tokens may use no other than GETs)."""
 
 # Seeded resources that live in the other namespace: requests for them name it.
-IN_OTHER_NAMESPACE = {"shop-sync", "shop.events"}
+IN_OTHER_NAMESPACE = {"shop-sync", "shop.events", "st-shop"}
 
 
 @dataclass
@@ -290,6 +290,26 @@ def _run_cases(
         run()
 
 
+def _rereads(operation: Any, seeded: Seeded, created: dict[str, list[str]]) -> list[Case]:
+    """Plain GETs of ``operation``: a listing in each namespace, or each known resource
+    (seeded, or made by the valid requests) in its namespace."""
+    known = _known(seeded, operation.path)
+    if known is None:
+        return [
+            operation.Case(query={"namespace": namespace})
+            for namespace in ("default", OTHER_NAMESPACE)
+        ]
+    name, values = known
+    if name == "name" and operation.path.startswith("/v1/jobs"):
+        values = values + created["jobs"]
+    elif name == "name" and operation.path.startswith("/v1/subscriptions"):
+        values = values + created["subscriptions"]
+    return [
+        operation.Case(path_parameters={name: value}, query={"namespace": _namespace_of(value)})
+        for value in values
+    ]
+
+
 def spread(items: list[Case], count: int) -> list[Case]:
     """At most ``count`` of ``items``, evenly spaced (all of them if there are no more)."""
     if len(items) <= count:
@@ -311,6 +331,10 @@ def fuzz(served: Served) -> Report:
     )
     assert len(operations) > 40, [o.label for o in operations]
     valid = valid_requests(served.seeded, time.time())
+    created = {
+        "jobs": [r["body"]["name"] for r in valid["POST /v1/jobs"]],
+        "subscriptions": [r["body"]["name"] for r in valid["POST /v1/subscriptions"]],
+    }
     with requests.Session() as session:
 
         def resend(case: Case, authorization: str | None, expected: int) -> None:
@@ -406,6 +430,11 @@ def fuzz(served: Served) -> Report:
 
                 strategy = st.sampled_from(values).flatmap(aimed)
                 _run_cases(strategy, served.examples(examples), send)
+        # Read everything again: the listings and details now hold what the changes made.
+        for operation in operations:
+            if operation.method.upper() == "GET":
+                for case in _rereads(operation, served.seeded, created):
+                    send(case)
     assert not valid, f"valid requests for operations the document lacks: {sorted(valid)}"
     return report
 

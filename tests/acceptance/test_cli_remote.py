@@ -218,6 +218,11 @@ ERRORS = {
     "unknown job": (("jobs", "pause", "nope"), "error: no job named 'nope'"),
     "retry a queued run": (("runs", "retry", "1"), "error: run 1 is queued"),
     "unknown subscription": (("subs", "show", "nope"), "error: no subscription named 'nope'"),
+    "purge an unknown run": (
+        ("dlq", "purge", "999", "--yes"),
+        "error: not purged: no run has id 999",
+    ),
+    "drain an unknown worker": (("workers", "drain", "w9"), "error: no worker has id 'w9'"),
 }
 
 
@@ -230,7 +235,7 @@ def test_a_refusal_reads_the_same_through_the_server(
     assert (local.returncode, remote.returncode) == (1, 1)
     assert local.stderr.startswith(start), local.stderr
     assert remote.stderr == local.stderr
-    assert remote.stdout == ""
+    assert remote.stdout == local.stdout
 
 
 def _refused(done: subprocess.CompletedProcess[str], start: str) -> None:

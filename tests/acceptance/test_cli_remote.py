@@ -350,3 +350,14 @@ def test_replay_and_requeue_read_the_same_through_the_server(seeded: Server) -> 
         local.stderr,
     )
     assert remote.stderr.startswith("error: not requeued: run 1 is ")
+
+
+def test_a_store_on_the_command_line_beats_cronbus_url(server: Server) -> None:
+    dead = f"http://127.0.0.1:{_free_port()}"
+    env = {**server.env, "CRONBUS_URL": dead, "CRONBUS_TOKEN": "x"}
+
+    local = server.run("namespaces", "list", "--json", "--store", server.store, env=env)
+    remote = server.run("namespaces", "list", "--json", env=env)
+
+    assert local.returncode == 0, local.stderr
+    _refused(remote, f"error: cannot reach the cronbus API at {dead}")

@@ -18,6 +18,7 @@ from .states import RunState
 
 if TYPE_CHECKING:
     from .app import App
+    from .services.runs import RunsService
 
 _FIRST_POLL = 0.002
 _MAX_POLL = 0.05
@@ -72,15 +73,24 @@ def check_ended(run: Run) -> Run:
 
 
 class RunHandle:
-    """A deferred run. Its properties read the store each time, so they are always current."""
+    """A deferred run. Its properties read the store each time, so they are always current.
 
-    __slots__ = ("_app", "created", "id")
+    Reads and changes go through the runs service (:mod:`cronbus.services.runs`), where the
+    rules are written once for the Python API, the CLI and the HTTP API (which runs can be
+    cancelled or retried, and what a refusal says), in the run's namespace.
+    """
 
-    def __init__(self, app: App, run_id: int, *, created: bool = True) -> None:
+    __slots__ = ("_app", "created", "id", "namespace")
+
+    def __init__(
+        self, app: App, run_id: int, *, created: bool = True, namespace: str | None = None
+    ) -> None:
         self._app = app
         self.id = run_id
         self.created = created
         """False when an idempotency key matched a run that already existed."""
+        self.namespace = namespace
+        """The run's namespace (None until known: read from the run at first use)."""
 
     def __repr__(self) -> str:
         return f"<RunHandle id={self.id}>"
@@ -91,9 +101,16 @@ class RunHandle:
     def __hash__(self) -> int:
         return hash(self.id)
 
+    async def _runs(self) -> RunsService:
+        """The runs service of the run's namespace (a job triggered by this app may live in
+        another namespace, and its runs with it)."""
+        if self.namespace is None:
+            self.namespace = (await self._app.store.get_run(self.id)).namespace
+        return self._app.services(namespace=self.namespace).runs
+
     async def fetch_async(self) -> Run:
         """The run as the store holds it now."""
-        return await self._app.store.get_run(self.id)
+        return await (await self._runs()).get(self.id)
 
     def fetch(self) -> Run:
         """The run as the store holds it now (blocking)."""
@@ -115,12 +132,23 @@ class RunHandle:
         return self.fetch().error
 
     async def cancel_async(self) -> RunState:
-        """Cancel the run: ``cancelled`` if it was waiting, ``cancelling`` if it is running."""
-        return await self._app.store.cancel(self.id, self._app.clock.now())
+        """Cancel the run: ``cancelled`` if it was waiting, ``cancelling`` if it is running.
+
+        A run that already ended raises :class:`~cronbus.errors.InvalidTransitionError`."""
+        return (await (await self._runs()).cancel(self.id)).state
 
     def cancel(self) -> RunState:
         """Cancel the run (blocking)."""
         return self._app.blocking(self.cancel_async())
+
+    async def retry_async(self) -> RunState:
+        """Queue a dead or cancelled run again, with a fresh retry budget (``queued``); a run
+        in another state raises :class:`~cronbus.errors.ConflictError`."""
+        return (await (await self._runs()).retry(self.id)).state
+
+    def retry(self) -> RunState:
+        """Retry the run (blocking)."""
+        return self._app.blocking(self.retry_async())
 
     async def wait_async(self, timeout: float | None = None, *, raise_error: bool = True) -> Run:
         """Wait until the run ends (succeeded, dead, cancelled or skipped) and return it.

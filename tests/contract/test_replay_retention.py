@@ -102,7 +102,7 @@ async def test_the_api_clamps_offset_and_future_since_and_says_so(
     for n in (1, 2, 3):
         await app.publish_async("orders", "order.created", {"n": n})
     await app.subscriptions.add("s", topic="orders", task="ship", start="earliest")
-    with caplog.at_level(logging.INFO, logger="cronbus.events"):
+    with caplog.at_level(logging.INFO, logger="cronbus"):
         moved = await app.subscriptions.replay("s", offset=500)
     assert moved.cursor == 3
     assert "the topic ends at offset 3; cursor moved to 3" in caplog.text

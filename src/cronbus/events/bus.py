@@ -12,30 +12,20 @@ import asyncio
 import builtins
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidArgumentError
-from ..serialization import check_json
-from ..store.ports import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore
-from ..validation import (
-    check_int,
-    check_label,
-    check_queue,
-    check_seconds,
-    check_time,
-    check_topic,
-    invalid,
-    shorten,
-)
+from ..errors import DeliveryNotFoundError, InvalidArgumentError
+from ..store.ports import EVENTS_CHANNEL, EventStore
+from ..validation import check_int, check_seconds, check_topic, shorten
 from .event import Event, validate_topic
 from .records import (
     Delivery,
     DeliveryAttempt,
     DeliveryFilter,
+    DeliveryPolicy,
     Origin,
     Subscription,
-    SubscriptionSpec,
     TopicInfo,
 )
 from .specs import (
@@ -46,7 +36,7 @@ from .specs import (
     to_new_event,
 )
 from .states import DeliveryState
-from .targets import check_target, to_event
+from .targets import to_event
 
 __all__ = [
     "REMOVED_FROM_CODE",
@@ -62,6 +52,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ..app import App
+    from ..services.dead_letters import DeadLettersService
+    from ..services.subscriptions import SubscriptionsService
+    from ..services.topics import TopicsService
 
 log = logging.getLogger("cronbus.events")
 REMOVED_FROM_CODE = "its handler is no longer in the code"
@@ -80,7 +73,13 @@ class Published:
 
 
 class Events:
-    """Topics of the app's store: publish, read by cursor (pull), retention."""
+    """Topics of the app's store: publish, read by cursor (pull), retention.
+
+    Topics are managed through the topics service (:mod:`cronbus.services.topics`), where
+    their rules are written once for the Python API, the CLI and the HTTP API; publishing and
+    pulling are the hot paths and go to the store directly, checked by the very functions
+    the service checks with.
+    """
 
     def __init__(self, app: App) -> None:
         self.app = app
@@ -90,11 +89,30 @@ class Events:
         """The app's store, as an event store."""
         return self.app.store
 
+    async def _service(self, topic: str) -> TopicsService:
+        """The topics service of the topic's namespace: names are unique per store, and a
+        local caller may reach a topic of any namespace by its name; a topic not written yet
+        is the app's namespace's to create."""
+        from ..services.subscription_rules import has_row  # the services import this module
+
+        info = await self.store.get_topic(validate_topic(topic))
+        namespace = info.namespace if has_row(info) else self.app.namespace
+        return self.app.services(namespace=namespace).topics
+
     async def publish_many(self, topic: str, events: Iterable[Event]) -> list[Published]:
         """Append events to ``topic`` in one transaction; returns once they are durable.
 
         Topics under ``cronbus.`` are refused: cronbus publishes them itself (run outcomes go
         to ``cronbus.runs`` from the worker, straight to the store), so a user cannot forge one.
+
+        A hot path, so it goes to the store without the service layer's access check and
+        audit entry, but with the checks of
+        :meth:`cronbus.services.topics.TopicsService.publish`: the topic by
+        :func:`~cronbus.validation.check_topic` (``publish=True``), each event as
+        :func:`~cronbus.events.event.make_event` built it and as
+        :func:`~cronbus.events.specs.to_new_event` stores it (payload limit included), and a
+        new topic created in the app's namespace by the store. Unlike the API, a batch has no
+        size bound here (the caller is the store's owner).
         """
         check_topic(topic, publish=True)
         if isinstance(events, Event | str | bytes | Mapping) or not isinstance(events, Iterable):
@@ -127,10 +145,16 @@ class Events:
 
         With ``wait``, an empty read waits up to that many seconds for new events (long
         polling); keep the offset of the last event you handled and pass it as ``after``.
+
+        A consumer's hot path (and pages of up to 10,000 events, with long polling, which the
+        service's pages do not have), so it reads the store directly, with the checks of
+        :meth:`cronbus.services.topics.TopicsService.read` (topic name, offset).
         """
+        from ..services.topics import check_offset  # the services import this module
+
         validate_topic(topic)
         check_int(limit, "limit", 1, 10_000)
-        check_int(after, "after", 0, OFFSET_LIMIT)
+        check_offset(after)
         if wait:
             check_seconds(wait, "wait")
         records = await self.store.read_events(topic, after, limit)
@@ -149,11 +173,11 @@ class Events:
 
     async def topic(self, topic: str) -> TopicInfo:
         """A topic's offsets, size and retention."""
-        return await self.store.get_topic(validate_topic(topic))
+        return await (await self._service(topic)).get(topic)
 
     async def topics(self) -> list[TopicInfo]:
         """Every topic of the app's namespace."""
-        return await self.store.list_topics(namespace=self.app.namespace)
+        return await self.app.services().topics.list()
 
     async def set_retention(
         self, topic: str, *, max_age: float | None = None, max_events: int | None = None
@@ -161,17 +185,26 @@ class Events:
         """Keep at most ``max_age`` seconds and ``max_events`` events of ``topic`` (None: all).
 
         Retention is applied in the background by dispatchers; events still needed by a
-        pending delivery are kept.
+        pending delivery are kept. Topics under ``cronbus.`` are cronbus's own.
         """
-        if max_age is not None:
-            max_age = check_seconds(max_age, "max_age", positive=True)
-        if max_events is not None:
-            check_int(max_events, "max_events", 1, OFFSET_LIMIT)
-        await self.store.set_retention(validate_topic(topic), max_age, max_events)
+        await (await self._service(topic)).set_retention(
+            topic, max_age=max_age, max_events=max_events
+        )
+
+
+_POLICY_OPTIONS = frozenset(DeliveryPolicy.__dataclass_fields__)
 
 
 class Subscriptions:
-    """Subscriptions in the app's store: ``await app.subscriptions.add(...)`` and the rest."""
+    """Subscriptions in the app's store: ``await app.subscriptions.add(...)`` and the rest.
+
+    Each method is the local caller's door to the subscriptions service
+    (:mod:`cronbus.services.subscriptions`), where the rules are written once for the Python
+    API, the CLI and the HTTP API (validation naming the field, namespaces, the audit log).
+    Subscriptions come back as stored, their secrets included: the caller owns the store.
+    A subscription is reached by its name in whichever namespace it lives (names are unique
+    per store); a new one goes to the app's namespace.
+    """
 
     def __init__(self, app: App) -> None:
         self.app = app
@@ -180,6 +213,14 @@ class Subscriptions:
     def store(self) -> EventStore:
         """The app's store, as an event store."""
         return self.app.store
+
+    def _service(self, namespace: str | None = None) -> SubscriptionsService:
+        return self.app.services(namespace=namespace).subscriptions
+
+    async def _of(self, name: str) -> SubscriptionsService:
+        """The service of the subscription's own namespace."""
+        sub = await self.store.get_subscription(check_name(name))
+        return self._service(sub.spec.namespace)
 
     async def add(
         self,
@@ -213,92 +254,62 @@ class Subscriptions:
         redefines it, keeping its cursor); the store decides it, so of two concurrent adds
         exactly one wins.
         """
-        check_name(name)
-        if (webhook is None) == (task is None):
-            raise InvalidArgumentError("give exactly one target: webhook=URL or task=NAME")
-        if webhook is not None:
-            chosen = [secrets] if isinstance(secrets, str) else list(secrets or [])
-            target: dict[str, Any] = {
-                "kind": "webhook",
-                "url": webhook,
-                "headers": dict(headers or {}),
-                "secrets": chosen,
-            }
-        else:
-            queue = None if queue is None else check_queue(queue, "subscription queue")
-            target = {
-                "kind": "task",
-                "task": check_label(task, "subscription task"),
-                "queue": queue,
-            }
-        # Targets are stored as JSON (jsonb on PostgreSQL, which refuses NUL): one pass first.
-        check_json(target, "the subscription's target")
-        if start not in ("latest", "earliest"):
-            raise InvalidArgumentError(f"start must be 'latest' or 'earliest', not {start!r}")
-        spec = SubscriptionSpec(
-            name=name,
-            topic=validate_topic(topic),
-            target=check_target(target),
-            filter=build_filter(types, source, subject, data, filter),
-            policy=build_policy(**policy),
-            origin=Origin.API,
-            start=start,
-            namespace=self.app.namespace,
-        )
-        # The store's insert decides between concurrent adds of one name: the same definition
-        # again is a no-op, another one raises SubscriptionExistsError.
-        now = self.app.clock.now()
-        return await self._changed(
-            await self.store.put_subscription(spec, now, create=not replace_existing)
-        )
+        from ..services import SubscriptionInput  # the services import this module
 
-    async def _changed(self, sub: Subscription) -> Subscription:
-        """Tell dispatchers at once (they also look every few seconds)."""
-        await self.app.store.notify([SUBSCRIPTIONS_CHANNEL])
-        return sub
+        if set(policy) - _POLICY_OPTIONS:
+            build_policy(**policy)  # refuses the unknown options, naming them
+        given = SubscriptionInput(
+            name=name,
+            topic=topic,
+            webhook=webhook,
+            secrets=secrets or (),
+            headers=headers or {},
+            task=task,
+            queue=queue,
+            types=types,
+            source=source,
+            subject=subject,
+            data=data,
+            filter=filter,
+            start=start,
+            replace_existing=replace_existing,
+            **policy,
+        )
+        service = self._service()
+        view = await service.create(given)
+        return await service.stored(view.subscription.name)
 
     async def update(self, name: str, **changes: Any) -> Subscription:
-        """Change a subscription's filter (``types``, ``filter`` ...) or delivery options."""
-        current = (await self.get(name)).spec
-        filter_keys = {"types", "source", "subject", "data", "filter"}
-        spec = current
-        if filter_keys & set(changes):
-            parts = {k: changes.pop(k) for k in list(changes) if k in filter_keys}
-            base = {} if "filter" in parts else dict(current.filter)
-            spec = replace(
-                spec,
-                filter=build_filter(filter={**base, **(parts.pop("filter", None) or {})}, **parts),
-            )
-        if changes:
-            spec = replace(spec, policy=build_policy(current.policy, **changes))
-        return await self._changed(await self.store.put_subscription(spec, self.app.clock.now()))
+        """Change a subscription's filter (``types``, ``filter`` ...), its target (given
+        whole: ``webhook`` with ``secrets`` and ``headers``, or ``task`` with ``queue``) or
+        delivery options; what is not given stays, and so does its cursor."""
+        service = await self._of(name)
+        await service.update(name, changes)
+        return await service.stored(name)
 
     async def get(self, name: str) -> Subscription:
         """One subscription."""
-        return await self.store.get_subscription(check_name(name))
+        return await (await self._of(name)).stored(name)
 
     async def list(self, topic: str | None = None) -> builtins.list[Subscription]:
         """Every subscription of the app's namespace (to ``topic``)."""
-        return await self.store.list_subscriptions(topic, namespace=self.app.namespace)
+        return await self._service().stored_list(topic)
 
     async def pause(self, name: str) -> Subscription:
         """Stop pushing; events keep arriving and are delivered after ``resume``."""
-        now = self.app.clock.now()
-        return await self._changed(
-            await self.store.set_subscription_paused(check_name(name), True, None, now)
-        )
+        service = await self._of(name)
+        await service.pause(name)
+        return await service.stored(name)
 
     async def resume(self, name: str) -> Subscription:
         """Push again (also after a 410 disabled it)."""
-        now = self.app.clock.now()
-        return await self._changed(
-            await self.store.set_subscription_paused(check_name(name), False, None, now)
-        )
+        service = await self._of(name)
+        await service.resume(name)
+        return await service.stored(name)
 
     async def remove(self, name: str) -> None:
         """Delete a subscription and its deliveries."""
-        await self.store.delete_subscription(check_name(name))
-        await self.app.store.notify([SUBSCRIPTIONS_CHANNEL])
+        await (await self._of(name)).delete(name)
 
     async def replay(
         self, name: str, *, offset: int | None = None, since: float | None = None
@@ -312,65 +323,83 @@ class Subscriptions:
         subscription's ``cursor`` says where it went. Events that retention removed are not
         delivered again.
         """
-        if (offset is None) == (since is None):
-            raise InvalidArgumentError("give exactly one of offset= or since=")
-        sub = await self.get(name)
-        if offset is not None:
-            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 1:
-                raise invalid("offset", "must be >= 1", offset)
-            after = check_int(offset, "offset", 1, OFFSET_LIMIT) - 1
-        else:
-            after = await self.store.offset_at(sub.topic, check_time(since, "since"))
-        moved = await self.store.replay(name, after, self.app.clock.now())
-        if moved.cursor < after:
-            log.info(
-                "replay of %s: the topic ends at offset %d; cursor moved to %d",
-                name,
-                moved.cursor,
-                moved.cursor,
-                extra={"action": "subscription.replay_clamped"},
-            )
-        return await self._changed(moved)
+        service = await self._of(name)
+        await service.replay(name, offset=offset, since=since)
+        return await service.stored(name)
 
     async def deliveries(
         self, name: str | None = None, *, states: Sequence[str] = (), limit: int = 100
     ) -> builtins.list[Delivery]:
-        """Deliveries (of subscription ``name``), newest first."""
-        try:
-            chosen = [DeliveryState(s) for s in states]
-        except ValueError:
-            known = ", ".join(s.value for s in DeliveryState)
-            raise InvalidArgumentError(
-                f"unknown delivery state in {states!r} (known: {known})"
-            ) from None
+        """Deliveries (of subscription ``name``, else of every subscription), newest first."""
+        from ..services.deliveries import check_delivery_states  # they import this module
+        from ..services.pages import MAX_LIMIT
+
         check_int(limit, "limit", 1, OFFSET_LIMIT)
-        chosen_name = None if name is None else check_name(name)
-        return await self.store.list_deliveries(
-            DeliveryFilter(subscription=chosen_name, states=chosen, limit=limit)
-        )
+        if name is None:
+            # Across subscriptions: a listing the service does not have (its deliveries are a
+            # subscription's), read with the service's checks.
+            chosen = check_delivery_states(states, "states")
+            return await self.store.list_deliveries(DeliveryFilter(states=chosen, limit=limit))
+        service = await self._of(name)
+        found: builtins.list[Delivery] = []
+        cursor: str | None = None
+        while len(found) < limit:
+            page = await service.deliveries(
+                name, list(states), min(MAX_LIMIT, limit - len(found)), cursor
+            )
+            found += page.items
+            cursor = page.next
+            if cursor is None:
+                break
+        return found
 
     async def attempts(self, delivery_id: int) -> builtins.list[DeliveryAttempt]:
         """A delivery's attempts, oldest first."""
-        return await self.store.list_delivery_attempts(
-            check_int(delivery_id, "delivery id", 1, ID_LIMIT)
-        )
+        from ..services.deliveries import check_delivery_id  # the services import this module
+
+        delivery = await self.store.get_delivery(check_delivery_id(delivery_id, "delivery id"))
+        service = await self._of(delivery.subscription)
+        return (await service.delivery(delivery.id)).attempts
 
     async def counts(self, name: str) -> dict[DeliveryState, int]:
-        """How many deliveries of ``name`` are in each state."""
-        return await self.store.count_deliveries(check_name(name))
+        """How many deliveries of ``name`` are in each state (states with none left out)."""
+        view = await (await self._of(name)).get(name)
+        return {DeliveryState(s): n for s, n in (view.deliveries or {}).items() if n}
 
     async def requeue(
         self, delivery_ids: Sequence[int] | None = None, *, subscription: str | None = None
     ) -> builtins.list[int]:
-        """Push dead deliveries again (None: every dead one, of ``subscription`` if given)."""
-        if delivery_ids is not None:
-            delivery_ids = [check_int(i, "delivery id", 1, ID_LIMIT) for i in delivery_ids]
+        """Push dead deliveries again (None: every dead one of the app's namespace, or of
+        ``subscription`` if given); returns the ids requeued. Ids that are not dead, unknown
+        or of another namespace are left as they are."""
         if subscription is not None:
-            check_name(subscription)
-        ids = await self.store.requeue_deliveries(delivery_ids, self.app.clock.now(), subscription)
-        if ids:
-            await self.app.store.notify([EVENTS_CHANNEL])
-        return ids
+            service = (await self._dead_letters_of(subscription)).requeue
+            if delivery_ids is None:
+                done = await service(all_deliveries=True, subscription=subscription)
+                return done.deliveries
+            # Only those of the subscription.
+            mine = [i for i in delivery_ids if await self._delivery_of(i) == subscription]
+            return (await service(delivery_ids=mine)).deliveries if mine else []
+        dead_letters = self.app.services().dead_letters
+        if delivery_ids is None:
+            return (await dead_letters.requeue(all_deliveries=True)).deliveries
+        if not delivery_ids:
+            return []
+        return (await dead_letters.requeue(delivery_ids=delivery_ids)).deliveries
+
+    async def _delivery_of(self, delivery_id: int) -> str | None:
+        """The subscription of a delivery (None when there is no such delivery)."""
+        from ..services.deliveries import check_delivery_id  # the services import this module
+
+        try:
+            delivery = await self.store.get_delivery(check_delivery_id(delivery_id, "delivery id"))
+        except DeliveryNotFoundError:
+            return None
+        return delivery.subscription
+
+    async def _dead_letters_of(self, subscription: str) -> DeadLettersService:
+        sub = await self.store.get_subscription(check_name(subscription))
+        return self.app.services(namespace=sub.spec.namespace).dead_letters
 
     async def sync(self) -> builtins.list[str]:
         """Store the code's handler subscriptions (``@app.subscribe``), and pause (never

@@ -70,7 +70,9 @@ def build_target(
     if webhook is not None and task is not None:
         raise InvalidArgumentError("give one target, webhook or task, not both", field="task")
     if webhook is None and task is None:
-        raise InvalidArgumentError("give a target: webhook URL or task name", field="webhook")
+        raise InvalidArgumentError(
+            "give exactly one target: a webhook URL or a task name", field="webhook"
+        )
     if webhook is not None:
         if queue is not None:
             raise InvalidArgumentError("queue goes with a task target", field="queue")

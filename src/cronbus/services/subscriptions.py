@@ -3,11 +3,13 @@
 Definitions are checked whole (name, topic, target, filter, delivery policy, by the rules of
 :mod:`cronbus.events.specs` and :mod:`cronbus.events.targets`) before the store changes, and
 each refusal names its field. What a subscription shows is masked: webhook URL credentials,
-header values and signing secrets never leave the service.
+header values and signing secrets never leave the service, but to an admin asking for the
+subscription as stored (``stored``, ``stored_list``: the local Python API's door).
 """
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -85,6 +87,22 @@ class SubscriptionsService:
         view = await self._seen(sub)
         every = {state.value: counts.get(state, 0) for state in DeliveryState}
         return replace(view, deliveries=every)
+
+    async def stored(self, name: str) -> Subscription:
+        """One subscription as stored, unmasked: its webhook's URL, headers and signing
+        secrets included. For the local Python API (``app.subscriptions``), whose caller owns
+        the store; admin only, since secrets leave the service."""
+        self._c.admin()
+        return await self._get(name)
+
+    async def stored_list(self, topic: str | None = None) -> builtins.list[Subscription]:
+        """Every subscription of the namespace (to ``topic``) as stored, unmasked, in the
+        store's order: :meth:`stored` for all of them at once; admin only."""
+        self._c.admin()
+        if topic is not None:
+            with naming("topic"):
+                topic = check_topic_name(topic)
+        return await self._c.store.list_subscriptions(topic, namespace=self._c.namespace)
 
     async def _get(self, name: str) -> Subscription:
         with naming("name"):

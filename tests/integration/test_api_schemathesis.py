@@ -3,7 +3,7 @@ on loopback with a seeded store (SQLite file, then a PostgreSQL schema).
 
 Every operation gets the valid requests of :func:`~integration.api_seed.valid_requests` (each
 must succeed), Schemathesis' coverage cases (boundary, missing and mistyped values of each
-input, methods the path does not allow; SQLite run only), then random cases generated from its
+input, methods the path does not allow; fewer on PostgreSQL), then random cases generated from its
 schema, valid ones and invalid ones, all sent with an admin token; then, for operations with a
 path parameter, cases (valid, then invalid) aimed at resources that exist (the ids and names the
 seed made, in the namespace that holds them), so the run reaches past the 404s into the
@@ -70,15 +70,12 @@ KNOWN_EXAMPLES = 8
 KNOWN_NEGATIVE_EXAMPLES = 3
 """Invalid cases (query, body) per operation with a path parameter, aimed at seeded resources."""
 BACKEND_SHARE = {"sqlite": 0.75, "postgres": 0.5}
-"""Shares of the random cases above each backend runs; PostgreSQL also skips the coverage phase:
-the first run covers the API's own logic, the second what differs by backend, within the
-suite's time (about 90 s for both)."""
-COVERAGE_CASES = 40
-"""Coverage cases per operation at most (its bodies may yield 200), taken evenly through the
-list so that every input keeps some."""
-COVERAGE = {"sqlite": True, "postgres": False}
-"""Whether a backend's run starts each operation with Schemathesis' coverage phase: the
-boundary and missing/mistyped values of every parameter and body field, systematically
+"""Shares of the random cases above each backend runs: the first run covers the API's own
+logic, the second what differs by backend, within the suite's time (about 90 s for both)."""
+COVERAGE_CASES = {"sqlite": 40, "postgres": 10}
+"""Schemathesis' coverage cases per operation at most, by backend (an operation's list may hold
+200), taken evenly through the list so that every input keeps some. The coverage phase gives
+the boundary and missing/mistyped values of every parameter and body field systematically
 (valid and invalid), and the methods a path does not allow."""
 
 CHECKS = [
@@ -114,8 +111,8 @@ class Served:
     log: Path
     share: float
     """How many of the random cases this backend runs (:data:`BACKEND_SHARE`)."""
-    coverage: bool
-    """Whether it runs the coverage phase (:data:`COVERAGE`)."""
+    coverage: int
+    """How many coverage cases it runs per operation at most (:data:`COVERAGE_CASES`)."""
 
     def examples(self, count: int) -> int:
         """``count`` cases scaled for this run, at least one."""
@@ -224,7 +221,7 @@ async def served(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
             seeded=seeded,
             log=log,
             share=BACKEND_SHARE[request.param],
-            coverage=COVERAGE[request.param],
+            coverage=COVERAGE_CASES[request.param],
         )
     finally:
         _stop(proc)
@@ -391,16 +388,15 @@ def fuzz(served: Served) -> Report:
                 if status >= 300:
                     curl = case.as_curl_command()
                     report.fail_plain(operation.label, f"refused ({status} {text}): {curl}")
-            if served.coverage:
-                cases = list(
-                    schema.iter_coverage_cases(
-                        operation,
-                        generation_modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
-                        generation_config=config.projects.get_default().generation,
-                    )
+            cases = list(
+                schema.iter_coverage_cases(
+                    operation,
+                    generation_modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
+                    generation_config=config.projects.get_default().generation,
                 )
-                for case in spread(cases, round(COVERAGE_CASES * SCALE)):
-                    send(case)
+            )
+            for case in spread(cases, round(served.coverage * SCALE)):
+                send(case)
             for mode, examples in (
                 (GenerationMode.POSITIVE, POSITIVE_EXAMPLES),
                 (GenerationMode.NEGATIVE, NEGATIVE_EXAMPLES),

@@ -1,6 +1,7 @@
-"""Migration 0006 (both stores) on a store an older cronbus left at version 5: every run, job,
-topic, subscription and worker lands in the `default` namespace, where listings, claims and
-counts find them; workers know no tasks and are not asked to drain."""
+"""Migrations 0006 and 0008 (both stores) on a store an older cronbus left at version 5: every run,
+job, topic, subscription and worker lands in the `default` namespace, where listings, claims and
+counts find them; workers know no tasks and are not asked to drain; runs' payloads learn their
+creation time (a run without a payload row gets an empty one), so time windows find them."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ PG_WORKER = (
 
 
 async def check_migrated(store: Store) -> None:
-    assert await store.schema_version() >= 6
+    assert await store.schema_version() >= 8
     runs = await store.list_runs(RunFilter(namespace="default"))
     assert [(r.id, r.namespace) for r in runs] == [(2, "default"), (1, "default")]
     assert await store.list_runs(RunFilter(namespace="other")) == []

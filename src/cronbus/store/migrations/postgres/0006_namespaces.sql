@@ -29,17 +29,6 @@ CREATE INDEX runs_by_queue ON runs (namespace, queue, id);
 -- Runs per minute: the runs of a namespace that ended in a time window (an entry per ended run,
 -- written by its last UPDATE only).
 CREATE INDEX runs_finished ON runs (namespace, finished_at, state) WHERE finished_at IS NOT NULL;
--- Listings from a creation time start at the first run created since then (when they are few:
--- cronbus.store.logic.CREATED_AFTER_PROBE). Its index is on the payloads, which are written once,
--- so that claims and completions, which update runs, do not have to write it again.
-ALTER TABLE run_payloads ADD COLUMN namespace text NOT NULL DEFAULT 'default';
-ALTER TABLE run_payloads ADD COLUMN created_at double precision;
-UPDATE run_payloads p SET created_at = r.created_at FROM runs r WHERE r.id = p.run_id;
--- Every run has its payload row (the bound relies on it), even one written by hand without.
-INSERT INTO run_payloads (run_id, args, kwargs, created_at)
-SELECT r.id, '[]', '{}', r.created_at FROM runs r
-WHERE NOT EXISTS (SELECT 1 FROM run_payloads p WHERE p.run_id = r.id);
-CREATE INDEX run_payloads_by_created ON run_payloads (namespace, created_at);
 
 CREATE INDEX jobs_by_namespace ON jobs (namespace, name);
 CREATE INDEX topics_by_namespace ON topics (namespace, name);

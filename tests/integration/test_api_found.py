@@ -90,13 +90,13 @@ CURSOR_LISTINGS = [
 ]
 
 
-@pytest.mark.parametrize("value", [2**70, -(2**70), 2**63])
 async def test_a_cursor_beyond_64_bits_is_refused_naming_the_cursor(
-    seeded: tuple[Api, Seeded], value: int
+    seeded: tuple[Api, Seeded],
 ) -> None:
     api, made = seeded
-    for path, key in CURSOR_LISTINGS:
-        response = await api.client.get(
-            path, params={"cursor": cursor_of({key: value})}, headers=auth(made)
-        )
-        problem(response, 422, "cursor")
+    for value in (2**70, -(2**70), 2**63):
+        for path, key in CURSOR_LISTINGS:
+            response = await api.client.get(
+                path, params={"cursor": cursor_of({key: value})}, headers=auth(made)
+            )
+            problem(response, 422, "cursor")

@@ -146,6 +146,8 @@ def _replay_from(ctx: click.Context, param: click.Parameter, value: str) -> tupl
     """``--from``: an offset (a whole number), ``@EPOCH`` seconds, or an ISO 8601 time."""
     text = value.strip()
     if text.isdigit():
+        if int(text) < 1:
+            raise click.BadParameter("offset must be >= 1 (the first event is at offset 1)")
         return "offset", int(text)
     if text.startswith("@"):
         try:

@@ -314,125 +314,153 @@ def spread(items: list[Case], count: int) -> list[Case]:
     return [items[i * len(items) // count] for i in range(count)]
 
 
-def fuzz(served: Served) -> Report:
-    """Run every operation of the served document; return what was sent and found."""
-    report = Report()
-    auth = {"Authorization": f"Bearer {served.seeded.admin_token}"}
-    # Default settings, not a schemathesis.toml someone may leave about: the same run everywhere.
-    config = schemathesis.Config()
-    schema = schemathesis.openapi.from_url(f"{served.url}/openapi.json", config=config)
-    schema.validate()  # a valid OpenAPI document (raises saying where it is not)
-    assert not schema.iter_schema_warnings(), schema.iter_schema_warnings()
-    operations = sorted(
-        (result.ok() for result in schema.get_all_operations()), key=lambda o: _phase_order(o.label)
-    )
-    assert len(operations) > 40, [o.label for o in operations]
-    valid = valid_requests(served.seeded, time.time())
-    created = {
-        "jobs": [r["body"]["name"] for r in valid["POST /v1/jobs"]],
-        "subscriptions": [r["body"]["name"] for r in valid["POST /v1/subscriptions"]],
-    }
-    with requests.Session() as session:
+class Fuzz:
+    """One run over a served API: the phases of each operation, and what they found."""
 
-        def resend(case: Case, authorization: str | None, expected: int) -> None:
-            """Send ``case`` again with another Authorization (None: none); the answer must
-            be ``expected``."""
-            request = case.as_transport_kwargs(base_url=served.url)
-            headers = {
-                k: v for k, v in request.pop("headers").items() if k.lower() != "authorization"
-            }
-            if authorization is not None:
-                headers["Authorization"] = authorization
-            answer = session.request(**request, headers=headers)
-            report.cases += 1
-            report.statuses[answer.status_code] += 1
-            if answer.status_code != expected:
-                shown = (authorization or "no token")[:20]
-                report.fail_plain(
-                    case.operation.label,
-                    f"{answer.status_code} with {shown}..., not {expected}: {answer.text[:300]}",
-                )
+    def __init__(self, served: Served, session: requests.Session) -> None:
+        self.served = served
+        self.session = session
+        self.report = Report()
+        self.auth = {"Authorization": f"Bearer {served.seeded.admin_token}"}
+        # Default settings, not a schemathesis.toml someone may leave about: the same run
+        # everywhere.
+        self.config = schemathesis.Config()
+        self.schema = schemathesis.openapi.from_url(
+            f"{served.url}/openapi.json", config=self.config
+        )
+        self.valid = valid_requests(served.seeded, time.time())
+        self.created = {
+            "jobs": [r["body"]["name"] for r in self.valid["POST /v1/jobs"]],
+            "subscriptions": [r["body"]["name"] for r in self.valid["POST /v1/subscriptions"]],
+        }
 
-        def check_auth_enforced(case: Case) -> None:
-            """The first request of an operation that succeeded, sent again without a token
-            and with a forged one (401 both), and with a token whose scope is too low for it
-            (403)."""
-            resend(case, None, 401)
-            resend(case, "Bearer cb_000000000000_forged", 401)
-            label = case.operation.label
-            low = (
-                "write" if label in ADMIN_ONLY else "read" if not label.startswith("GET") else None
-            )
-            if low is not None:
-                resend(case, f"Bearer {served.seeded.probes[low]}", 403)
-
-        def send(case: Case) -> tuple[int, str]:
-            report.cases += 1
-            response = case.call(base_url=served.url, session=session, headers=auth)
-            report.statuses[response.status_code] += 1
-            report.operations.add(case.operation.label)
-            if response.status_code < 300 and case.operation.label not in report.succeeded:
-                report.succeeded.add(case.operation.label)
-                if case.operation.label not in OPEN:
-                    check_auth_enforced(case)
-            try:
-                case.validate_response(response, checks=CHECKS, headers=auth)
-            except FailureGroup as group:
-                report.fail(case.operation.label, group)
-            return response.status_code, response.text[:500]
-
+    def run(self) -> Report:
+        """Every phase of every operation, reads first; then every GET again."""
+        self.schema.validate()  # a valid OpenAPI document (raises saying where it is not)
+        assert not self.schema.iter_schema_warnings(), self.schema.iter_schema_warnings()
+        operations = sorted(
+            (result.ok() for result in self.schema.get_all_operations()),
+            key=lambda o: _phase_order(o.label),
+        )
+        assert len(operations) > 40, [o.label for o in operations]
         for operation in operations:
-            for request in valid.pop(operation.label, []):
-                case = operation.Case(**request)
-                status, text = send(case)
-                if status >= 300:
-                    curl = case.as_curl_command()
-                    report.fail_plain(operation.label, f"refused ({status} {text}): {curl}")
-            cases = list(
-                schema.iter_coverage_cases(
-                    operation,
-                    generation_modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
-                    generation_config=config.projects.get_default().generation,
-                )
-            )
-            for case in spread(cases, round(served.coverage * SCALE)):
-                send(case)
-            for mode, examples in (
-                (GenerationMode.POSITIVE, POSITIVE_EXAMPLES),
-                (GenerationMode.NEGATIVE, NEGATIVE_EXAMPLES),
-            ):
-                strategy = operation.as_strategy(generation_mode=mode)
-                _run_cases(strategy, served.examples(examples), send)
-            known = _known(served.seeded, operation.path)
-            if known is None:
-                continue
-            name, values = known
-
-            for mode, examples in (
-                (GenerationMode.POSITIVE, max(KNOWN_EXAMPLES, len(values))),
-                (GenerationMode.NEGATIVE, KNOWN_NEGATIVE_EXAMPLES),
-            ):
-
-                def aimed(
-                    value: Any, operation: Any = operation, name: str = name, mode: Any = mode
-                ) -> Any:
-                    where = _namespace_of(value)
-                    return operation.as_strategy(
-                        generation_mode=mode,
-                        path_parameters={name: value},
-                        query={"namespace": where},
-                        headers={"x-cronbus-namespace": where},
-                    )
-
-                strategy = st.sampled_from(values).flatmap(aimed)
-                _run_cases(strategy, served.examples(examples), send)
+            self.valid_phase(operation)
+            self.coverage_phase(operation)
+            self.random_phase(operation)
+            self.aimed_phase(operation)
         # Read everything again: the listings and details now hold what the changes made.
         for operation in operations:
             if operation.method.upper() == "GET":
-                for case in _rereads(operation, served.seeded, created):
-                    send(case)
-    assert not valid, f"valid requests for operations the document lacks: {sorted(valid)}"
-    return report
+                for case in _rereads(operation, self.served.seeded, self.created):
+                    self.send(case)
+        assert not self.valid, f"valid requests for operations the document lacks: {self.valid}"
+        return self.report
+
+    def valid_phase(self, operation: Any) -> None:
+        """The hand-written valid requests of ``operation``: each must succeed."""
+        for request in self.valid.pop(operation.label, []):
+            case = operation.Case(**request)
+            status, text = self.send(case)
+            if status >= 300:
+                curl = case.as_curl_command()
+                self.report.fail_plain(operation.label, f"refused ({status} {text}): {curl}")
+
+    def coverage_phase(self, operation: Any) -> None:
+        """Schemathesis' coverage cases of ``operation``, spread to the backend's count."""
+        cases = list(
+            self.schema.iter_coverage_cases(
+                operation,
+                generation_modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
+                generation_config=self.config.projects.get_default().generation,
+            )
+        )
+        for case in spread(cases, round(self.served.coverage * SCALE)):
+            self.send(case)
+
+    def random_phase(self, operation: Any) -> None:
+        """Random valid and invalid cases of ``operation`` (ids and names as generated)."""
+        for mode, examples in (
+            (GenerationMode.POSITIVE, POSITIVE_EXAMPLES),
+            (GenerationMode.NEGATIVE, NEGATIVE_EXAMPLES),
+        ):
+            strategy = operation.as_strategy(generation_mode=mode)
+            _run_cases(strategy, self.served.examples(examples), self.send)
+
+    def aimed_phase(self, operation: Any) -> None:
+        """Random valid and invalid cases of ``operation`` whose path names a seeded resource,
+        in the namespace that holds it."""
+        known = _known(self.served.seeded, operation.path)
+        if known is None:
+            return
+        name, values = known
+        for mode, examples in (
+            (GenerationMode.POSITIVE, max(KNOWN_EXAMPLES, len(values))),
+            (GenerationMode.NEGATIVE, KNOWN_NEGATIVE_EXAMPLES),
+        ):
+
+            def aimed(value: Any, mode: GenerationMode = mode) -> st.SearchStrategy[Case]:
+                where = _namespace_of(value)
+                strategy: st.SearchStrategy[Case] = operation.as_strategy(
+                    generation_mode=mode,
+                    path_parameters={name: value},
+                    query={"namespace": where},
+                    headers={"x-cronbus-namespace": where},
+                )
+                return strategy
+
+            strategy = st.sampled_from(values).flatmap(aimed)
+            _run_cases(strategy, self.served.examples(examples), self.send)
+
+    def send(self, case: Case) -> tuple[int, str]:
+        """Send ``case`` with the admin token and check the answer; the first success of an
+        operation is also sent with no token, a forged one and too low a scope."""
+        report = self.report
+        report.cases += 1
+        response = case.call(base_url=self.served.url, session=self.session, headers=self.auth)
+        report.statuses[response.status_code] += 1
+        report.operations.add(case.operation.label)
+        if response.status_code < 300 and case.operation.label not in report.succeeded:
+            report.succeeded.add(case.operation.label)
+            if case.operation.label not in OPEN:
+                self.check_auth_enforced(case)
+        try:
+            case.validate_response(response, checks=CHECKS, headers=self.auth)
+        except FailureGroup as group:
+            report.fail(case.operation.label, group)
+        return response.status_code, response.text[:500]
+
+    def check_auth_enforced(self, case: Case) -> None:
+        """A request that succeeded, sent again without a token and with a forged one (401
+        both), and with a token whose scope is too low for it (403)."""
+        self.resend(case, None, 401)
+        self.resend(case, "Bearer cb_000000000000_forged", 401)
+        label = case.operation.label
+        low = "write" if label in ADMIN_ONLY else "read" if not label.startswith("GET") else None
+        if low is not None:
+            self.resend(case, f"Bearer {self.served.seeded.probes[low]}", 403)
+
+    def resend(self, case: Case, authorization: str | None, expected: int) -> None:
+        """Send ``case`` again with another Authorization (None: none); the answer must be
+        ``expected``."""
+        request = case.as_transport_kwargs(base_url=self.served.url)
+        headers = {k: v for k, v in request.pop("headers").items() if k.lower() != "authorization"}
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        answer = self.session.request(**request, headers=headers)
+        self.report.cases += 1
+        self.report.statuses[answer.status_code] += 1
+        if answer.status_code != expected:
+            shown = (authorization or "no token")[:20]
+            self.report.fail_plain(
+                case.operation.label,
+                f"{answer.status_code} with {shown}..., not {expected}: {answer.text[:300]}",
+            )
+
+
+def fuzz(served: Served) -> Report:
+    """Run every operation of the served document; return what was sent and found."""
+    with requests.Session() as session:
+        return Fuzz(served, session).run()
 
 
 @pytest.mark.timeout(600)  # 30-60 s per backend; more on a loaded machine or a longer hunt

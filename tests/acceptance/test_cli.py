@@ -7,6 +7,7 @@ the command line costs about 0.3 s each time.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from typing import IO, Any
 import click
 import pytest
 
+from acceptance.together import finish_all
 from cronbus import App, ErrorInfo, RunState
 from cronbus.cli import cronbus as cli_group
 from cronbus.model import ClaimRequest, Outcome, QueueShare
@@ -167,12 +169,14 @@ def poll(read: Callable[[], Any], done: Callable[[Any], bool]) -> Any:
 # -- help ----------------------------------------------------------------------------------------
 def test_every_command_has_help(cli: Cli) -> None:
     commands = list(all_commands(cli_group))
-    started = {path: cli.spawn(*path, "--help") for path in commands}  # all at once: faster
-    for path, process in started.items():
-        out, err = process.communicate(timeout=DEADLINE_SECONDS)
-        assert process.returncode == 0, (path, err)
-        assert out.startswith(f"Usage: {' '.join(('cronbus', *path))}"), (path, out)
-    top = started[()].communicate()[0]
+    done = finish_all(
+        {path: functools.partial(cli.spawn, *path, "--help") for path in commands},
+        DEADLINE_SECONDS,
+    )
+    for path, finished in done.items():
+        assert finished.returncode == 0, (path, finished.stderr)
+        assert finished.stdout.startswith(f"Usage: {' '.join(('cronbus', *path))}"), path
+    top = done[()].stdout
     for name in ("server", "worker", "runs", "dlq", "defer"):
         assert f"\n  {name} " in top
 

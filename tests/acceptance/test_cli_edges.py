@@ -8,6 +8,7 @@ command line runs as subprocesses (about 0.3 s each), several at once where the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import os
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from acceptance.together import finish_all
 from contract.pg import pg_store_url
 from cronbus import App
 from cronbus.errors import CodeJobError, CronbusError, StoreError
@@ -86,13 +88,9 @@ class Cli:
         )
 
     def run_all(self, *commands: tuple[str, ...]) -> list[subprocess.CompletedProcess[str]]:
-        """Run commands at once (they only read, or are refused) and wait for them all."""
-        started = [self.start(*command) for command in commands]
-        done = []
-        for process in started:
-            out, err = process.communicate(timeout=DEADLINE_SECONDS)
-            done.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
-        return done
+        """Run commands side by side (they only read, or are refused) and wait for them all."""
+        starters = {i: functools.partial(self.start, *c) for i, c in enumerate(commands)}
+        return list(finish_all(starters, DEADLINE_SECONDS).values())
 
     def ok(self, *args: str) -> str:
         """Run ``cronbus ARGS``; check it succeeded without a traceback; return stdout."""

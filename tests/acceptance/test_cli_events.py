@@ -8,6 +8,7 @@ once.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from acceptance.together import finish_all
 from contract.pg import pg_store_url
 from cronbus import App, ErrorInfo
 from cronbus.events.records import DeliveryOutcome, DeliveryResult, NewDelivery
@@ -395,13 +397,13 @@ async def test_bad_input_is_one_line_and_changes_nothing(cli: Cli) -> None:
     cli.ok("subs", "add", "hook", "--topic", "orders", "--task", "ship")
     cli.ok("subs", "add", "hook", "--topic", "orders", "--task", "ship")  # the same again: no-op
     before = cli.ok("subs", "list", "--json"), cli.ok("events", "topics", "--json")
-    started = {name: cli.spawn(*argv) for name, (argv, _) in BAD_INPUT.items()}  # at once
+    starters = {name: functools.partial(cli.spawn, *argv) for name, (argv, _) in BAD_INPUT.items()}
     wrong = []
-    for name, process in started.items():
-        out, err = process.communicate(timeout=DEADLINE_SECONDS)
+    for name, done in finish_all(starters, DEADLINE_SECONDS).items():
+        out, err, status = done.stdout, done.stderr, done.returncode
         message = BAD_INPUT[name][1]
         one_line = err.startswith("error: ") and err.count("\n") == 1
-        if process.returncode != 1 or out or not one_line or message not in err:
-            wrong.append(f"{name}: status {process.returncode}, stdout {out!r}, stderr {err!r}")
+        if status != 1 or out or not one_line or message not in err:
+            wrong.append(f"{name}: status {status}, stdout {out!r}, stderr {err!r}")
     assert not wrong, "\n".join(wrong)
     assert (cli.ok("subs", "list", "--json"), cli.ok("events", "topics", "--json")) == before

@@ -9,6 +9,7 @@ nothing else changes, reading ``jobs list --json`` before and after to prove the
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import json
 import os
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from acceptance.together import finish_all
 from cronbus import App
 from cronbus.jobs import plan
 from cronbus.triggers import trigger_from_spec
@@ -377,8 +379,9 @@ def refusals(tmp_path_factory: pytest.TempPathFactory) -> Refusals:
     cli = make_cli(tmp_path_factory.mktemp("refused"), "refused.db")
     asyncio.run(seed_calendar_job(load_app(cli.cwd, cli.url)))
     before = cli.jobs()
-    started = {
-        case: subprocess.Popen(
+    starters = {
+        case: functools.partial(
+            subprocess.Popen,
             cli.command(*argv),
             cwd=cli.cwd,
             env=cli.env,
@@ -388,10 +391,7 @@ def refusals(tmp_path_factory: pytest.TempPathFactory) -> Refusals:
         )
         for case, (argv, _) in BAD_INPUT.items()
     }
-    done = {}
-    for case, process in started.items():
-        out, err = process.communicate(timeout=DEADLINE_SECONDS)
-        done[case] = subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    done = finish_all(starters, DEADLINE_SECONDS)
     return Refusals(done=done, before=before, after=cli.jobs())
 
 

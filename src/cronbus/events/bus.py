@@ -4,6 +4,10 @@
 topics (pull by cursor, with long polling) and sets retention; ``app.subscriptions`` adds,
 changes and inspects subscriptions. Handler subscriptions defined in code with
 ``@app.subscribe`` are synced to the store when a dispatcher starts.
+
+Managing topics and subscriptions goes through the service layer (:mod:`cronbus.services`),
+as the CLI and the HTTP API do, so each rule is written once; publishing and pulling, the hot
+paths, go to the store directly with the same checks.
 """
 
 from __future__ import annotations
@@ -58,8 +62,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cronbus.events")
 REMOVED_FROM_CODE = "its handler is no longer in the code"
-ID_LIMIT = 2**63 - 1
-"""Ids are signed 64-bit integers in both stores."""
 OFFSET_LIMIT = 2**62
 """Offsets and event counts fit a signed 64-bit column, with room to add."""
 

@@ -2,7 +2,7 @@
 the services: each change leaves the services' audit entry and follows their rules, while the
 records returned stay those of the Python API (subscriptions as stored, secrets included).
 
-On real SQLite files; no mocks.
+On real SQLite files and PostgreSQL schemas; no mocks.
 """
 
 from __future__ import annotations
@@ -23,16 +23,17 @@ from cronbus.errors import (
 from cronbus.events.signing import generate_secret
 from cronbus.handle import RunHandle
 from cronbus.services import Services
-from integration.test_services_fixtures import WRITER, open_app
+from integration.test_services_fixtures import STORES, WRITER, open_on
 from integration.test_services_fixtures import app as tasks_app
 
 HOOK = "https://user:pw@hooks.example.com/in"
 
 
-@pytest.fixture
-async def opened(tmp_path: Path) -> AsyncIterator[App]:
-    """The services tests' app (tasks ``add``, ``send``) on a fresh SQLite file."""
-    async with open_app(tmp_path) as app:
+@pytest.fixture(params=STORES)
+async def opened(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[App]:
+    """The services tests' app (tasks ``add``, ``send``) on a fresh SQLite file or
+    PostgreSQL schema."""
+    async with open_on(request, tmp_path) as app:
         yield app
 
 

@@ -50,8 +50,11 @@ class Seeded:
     tokens: list[str] = field(default_factory=list)
     """Ids of the other tokens (each scope, one revoked): fair game for revoking."""
     namespaces: list[str] = field(default_factory=list)
+    elsewhere: set[str | int] = field(default_factory=set)
+    """The ids and names above that live in the other namespace (the rest are in default)."""
     probes: dict[str, str] = field(default_factory=dict)
-    """Tokens of scope ``read`` and ``write`` over ``default`` (by scope), for refusals."""
+    """Tokens of scope ``read`` and ``write`` over ``default`` (by scope), and a ``read`` token
+    over the other namespace only (by its name), for refusals."""
 
     @property
     def run_ids(self) -> list[int]:
@@ -109,6 +112,10 @@ async def _tokens(services: Services, seeded: Seeded) -> None:
             name=f"probe-{scope}", scope=scope, namespaces=["default"]
         )
         seeded.probes[scope] = text
+    _, text = await services.tokens.create(
+        name="probe-shop", scope="read", namespaces=[OTHER_NAMESPACE]
+    )
+    seeded.probes[OTHER_NAMESPACE] = text
 
 
 async def _jobs(services: Services, seeded: Seeded) -> None:
@@ -131,6 +138,7 @@ async def _jobs(services: Services, seeded: Seeded) -> None:
     shop = services.using(OTHER_NAMESPACE)
     await shop.jobs.create("shop-sync", "noop", JobOptions(every=300.0))
     seeded.jobs.append("shop-sync")
+    seeded.elsewhere.add("shop-sync")
 
 
 async def _runs(app: App, services: Services, seeded: Seeded) -> None:
@@ -168,7 +176,9 @@ async def _runs(app: App, services: Services, seeded: Seeded) -> None:
         await _end(app, dead, outcome, logs=f"attempt of dead run {n}\n")
         keep(RunState.DEAD, dead)
     shop = services.using(OTHER_NAMESPACE)
-    keep(RunState.QUEUED, (await shop.runs.defer("noop")).run.id)
+    elsewhere = (await shop.runs.defer("noop")).run.id
+    keep(RunState.QUEUED, elsewhere)
+    seeded.elsewhere.add(elsewhere)
     for state, ids in seeded.runs.items():
         for run_id in ids:
             got = await app.store.get_run(run_id)
@@ -230,6 +240,7 @@ async def _events(app: App, services: Services, seeded: Seeded) -> None:
     shop = services.using(OTHER_NAMESPACE)
     await shop.topics.publish("shop.events", [EventInput(type="shop.opened", data=None)])
     seeded.topics += [TOPIC, "shop.events"]
+    seeded.elsewhere.add("shop.events")
     # Port 9 (discard) on loopback: nothing pushes in this run anyway (no dispatcher).
     for name, given in (
         (

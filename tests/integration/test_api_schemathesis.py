@@ -11,7 +11,8 @@ handlers. Each response must not be a 5xx, and its status code, media type, head
 must be those the document declares; the first success of each operation is sent again without
 a token and with a forged one (401), and with a token of too low a scope (403). Operations run
 reads first, then changes, then deletions, so the seeded resources are still there while they
-are read; then every GET runs once more over what the changes made.
+are read; then every GET runs once more over what the changes made, and each resource of
+``default`` is read with a token of another namespace (404: not found, nothing leaks).
 
 Bounded for CI: a fixed number of cases per operation, generated deterministically
 (``derandomize``), so two runs send the same requests. Failures are collected, not raised
@@ -98,8 +99,8 @@ ADMIN_ONLY = {
 }
 """The operations a ``write`` token may not use (``read`` tokens may use no other than GETs)."""
 
-# Seeded resources that live in the other namespace: requests for them name it.
-IN_OTHER_NAMESPACE = {"shop-sync", "shop.events", "st-shop"}
+MADE_ELSEWHERE = {"st-shop"}
+"""What the valid requests make in the other namespace (the seed says what it made there)."""
 
 
 @dataclass
@@ -258,8 +259,9 @@ def _known(seeded: Seeded, path: str) -> tuple[str, list[Any]] | None:
     return (name, values) if values else None
 
 
-def _namespace_of(value: Any) -> str:
-    return OTHER_NAMESPACE if value in IN_OTHER_NAMESPACE else "default"
+def _namespace_of(seeded: Seeded, value: Any) -> str:
+    """The namespace of a seeded (or made) resource: requests for it name it."""
+    return OTHER_NAMESPACE if value in seeded.elsewhere | MADE_ELSEWHERE else "default"
 
 
 def _run_cases(
@@ -302,7 +304,9 @@ def _rereads(operation: Any, seeded: Seeded, created: dict[str, list[str]]) -> l
     elif name == "name" and operation.path.startswith("/v1/subscriptions"):
         values = values + created["subscriptions"]
     return [
-        operation.Case(path_parameters={name: value}, query={"namespace": _namespace_of(value)})
+        operation.Case(
+            path_parameters={name: value}, query={"namespace": _namespace_of(seeded, value)}
+        )
         for value in values
     ]
 
@@ -353,6 +357,7 @@ class Fuzz:
             if operation.method.upper() == "GET":
                 for case in _rereads(operation, self.served.seeded, self.created):
                     self.send(case)
+                    self.check_hidden(case)
         assert not self.valid, f"valid requests for operations the document lacks: {self.valid}"
         return self.report
 
@@ -399,7 +404,7 @@ class Fuzz:
         ):
 
             def aimed(value: Any, mode: GenerationMode = mode) -> st.SearchStrategy[Case]:
-                where = _namespace_of(value)
+                where = _namespace_of(self.served.seeded, value)
                 strategy: st.SearchStrategy[Case] = operation.as_strategy(
                     generation_mode=mode,
                     path_parameters={name: value},
@@ -428,6 +433,14 @@ class Fuzz:
         except FailureGroup as group:
             report.fail(case.operation.label, group)
         return response.status_code, response.text[:500]
+
+    def check_hidden(self, case: Case) -> None:
+        """A resource of ``default`` read with a token of the other namespace only (and no
+        namespace asked for): it must not be found (404), nor its existence leak (403)."""
+        if not case.path_parameters or case.query.get("namespace") != "default":
+            return
+        del case.query["namespace"]
+        self.resend(case, f"Bearer {self.served.seeded.probes[OTHER_NAMESPACE]}", 404)
 
     def check_auth_enforced(self, case: Case) -> None:
         """A request that succeeded, sent again without a token and with a forged one (401

@@ -18,7 +18,8 @@ from cronbus import App
 from cronbus.errors import InvalidArgumentError
 from cronbus.events import make_event
 from cronbus.events.dispatcher import Dispatcher
-from cronbus.events.netpolicy import ALLOW_ENV, DENY_ENV, NetPolicy, StaticResolver
+from cronbus.events.netpolicy import ALLOW_ENV, DENY_ENV, NetPolicy
+from cronbus.events.resolvers import StaticResolver
 from cronbus.events.states import DeliveryState
 from integration.conftest import until
 from integration.http_targets import Targets, status

@@ -7,15 +7,9 @@ import pytest
 from cronbus.errors import CronbusError, InvalidArgumentError
 from cronbus.events import generate_secret
 from cronbus.events.masking import host_label, mask_url, public_target, short_url
-from cronbus.events.netpolicy import (
-    ALLOW_ENV,
-    DENY_ENV,
-    DeniedAddressError,
-    FilteringResolver,
-    NetPolicy,
-    StaticResolver,
-)
+from cronbus.events.netpolicy import ALLOW_ENV, DENY_ENV, DeniedAddressError, NetPolicy
 from cronbus.events.records import Subscription, SubscriptionSpec
+from cronbus.events.resolvers import FilteringResolver, StaticResolver
 from cronbus.events.targets import check_target, check_url
 
 DENIED_BY_DEFAULT = [

@@ -12,13 +12,12 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 from rich.console import Console
 from rich.logging import RichHandler
 
-from .. import runner
 from ..app import NAMESPACE_VARIABLE, App
 from ..errors import ConfigurationError, InvalidArgumentError
 from ..fairness import EVERY_QUEUE, parse_queues
@@ -26,6 +25,9 @@ from ..store import StoreFaultError
 from ..validation import check_namespace
 from ..worker.serving import check_labels
 from .loading import CliError, app_options, resolve_app
+
+if TYPE_CHECKING:
+    from .. import runner
 
 FC = TypeVar("FC", bound=Callable[..., Any])
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -262,6 +264,10 @@ def _api_server(app: App, host: str, port: int, log_level: str) -> runner.ApiRol
 def _serve(app: App, **options: Any) -> None:
     """Run the roles until a stop signal, or until the store fails under them (an SQLite
     file deleted or overwritten): then say so in one line and exit with status 1."""
+    # Imported here: the engines pull in aiohttp, a third of a second that the resource
+    # commands sharing this module's import would pay for nothing.
+    from .. import runner
+
     try:
         abandoned = runner.run(app, **options)
     except StoreFaultError as fault:

@@ -34,9 +34,10 @@ from aiohttp.abc import AbstractResolver
 from ..store.ports import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore, Listener
 from .faultlog import FaultLog
 from .handlers import HandlerPool
-from .netpolicy import FilteringResolver, NetPolicy
+from .netpolicy import NetPolicy
 from .pusher import GONE_EVENT, RETRY_SHARE, STORE_RETRY, Pusher
 from .records import Subscription
+from .resolvers import FilteringResolver
 from .targets import Handler, build_target
 
 if TYPE_CHECKING:

@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
-import aiohttp
-
 from ..errors import InvalidArgumentError, UnknownTaskError
 from ..model import NewRun
 from ..validation import DEFAULT_NAMESPACE
@@ -36,6 +34,8 @@ from .records import Delivery, EventRecord, SubscriptionSpec, TargetKind
 from .signing import decode_secrets, webhook_headers
 
 if TYPE_CHECKING:
+    import aiohttp
+
     from ..app import App
 
 SNIPPET = 512
@@ -188,6 +188,10 @@ class WebhookTarget:
             headers.update(webhook_headers(self.secrets, event.id, _now(), body))
         else:
             headers["webhook-id"] = event.id
+        # Imported here, not at the top: only a dispatcher (which has imported it already for
+        # its client) pushes, and every `cronbus` command imports this module.
+        import aiohttp
+
         try:
             async with self.client.post(
                 self.url, data=body, headers=headers, allow_redirects=False

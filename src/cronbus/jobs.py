@@ -163,7 +163,7 @@ class Jobs:
     async def trigger(self, name: str) -> RunHandle:
         """Fire a job now, once, outside its schedule (the schedule is unchanged)."""
         run = await (await self._of(name)).trigger(name)
-        return RunHandle(self._app, run.id)
+        return RunHandle(self._app, run.id, namespace=run.namespace)
 
     async def next(self, name: str, count: int = 5) -> list[float]:
         """The job's next ``count`` fire times (epoch seconds), as its trigger plans them: none
@@ -173,12 +173,20 @@ class Jobs:
         return [] if count == 0 else await service.next_fires(name, count)
 
     async def get(self, name: str) -> Job:
-        """One job."""
-        return await self._app.store.get_job(_named(name))
+        """One job (of any namespace: a local caller reaches a job by its name)."""
+        return await (await self._of(name)).get(name)
 
     async def list(self) -> list[Job]:
-        """Every job of the app's namespace."""
-        return await self._app.store.list_jobs(namespace=self._app.namespace)
+        """Every job of the app's namespace, by name."""
+        from .services.pages import MAX_LIMIT  # the services import this module
+
+        service, jobs, cursor = self._service(), [], None
+        while True:
+            page = await service.list(limit=MAX_LIMIT, cursor=cursor)
+            jobs.extend(page.items)
+            if page.next is None:
+                return jobs
+            cursor = page.next
 
     async def sync(self) -> SyncReport:
         """Make the store's code-defined jobs match the app's: add new ones, update changed

@@ -170,7 +170,12 @@ class Task(Generic[P, R]):
         idempotency_key: str | None = None,
         **kwargs: Any,
     ) -> RunHandle:
-        """Create a run of this task; it is durable when this returns."""
+        """Create a run of this task; it is durable when this returns.
+
+        The hot path goes to the store directly, not through the runs service (which would add
+        an audit write per run), but :meth:`prepare` checks every value with the very
+        validators the service uses, so a defer is refused the same way from Python, the CLI
+        and the HTTP API."""
         options = self.using(
             delay=delay, eta=eta, priority=priority, queue=queue, idempotency_key=idempotency_key
         )
@@ -230,7 +235,10 @@ class Task(Generic[P, R]):
             except CronbusError as exc:
                 raise type(exc)(f"call #{index}: {exc}") from None
         done = await self.app.store.defer(news, self.app.clock.now())
-        return [RunHandle(self.app, d.id, created=d.created) for d in done]
+        return [
+            RunHandle(self.app, d.id, created=d.created, namespace=new.namespace)
+            for d, new in zip(done, news, strict=True)
+        ]
 
     def defer_many(
         self,
@@ -261,7 +269,7 @@ class Deferral:
         app = self.task.app
         new = self.task.prepare(args, kwargs, now=app.clock.now(), **self._options)
         (done,) = await app.store.defer([new], app.clock.now())
-        return RunHandle(app, done.id, created=done.created)
+        return RunHandle(app, done.id, created=done.created, namespace=new.namespace)
 
     def defer(self, *args: Any, **kwargs: Any) -> RunHandle:
         """Create the run (blocking)."""

@@ -44,9 +44,12 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
-from schemathesis import Case, GenerationMode
+from schemathesis import APIOperation, GenerationMode
+from schemathesis import Case as GenericCase
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
+from schemathesis.core.result import Err, Ok
+from schemathesis.errors import InvalidSchema
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_headers_conformance,
@@ -59,6 +62,10 @@ from contract.pg import pg_store_url
 from integration.api_seed import OTHER_NAMESPACE, Seeded, seed, valid_requests
 
 TESTS = Path(__file__).resolve().parent.parent
+Case = GenericCase[Any]
+"""A generated (or built) request of any operation."""
+Operation = APIOperation[Any, Any, Any, Any]
+"""An operation of the document."""
 
 SCALE = float(os.environ.get("CRONBUS_SCHEMATHESIS_SCALE") or 1.0)
 """Multiplies the case counts below: CI runs 1; a longer hunt by hand may run 10."""
@@ -228,6 +235,13 @@ async def served(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         _stop(proc)
 
 
+def _operation(result: Ok[Operation] | Err[InvalidSchema]) -> Operation:
+    """An operation of the document (one Schemathesis cannot read fails the run, saying why)."""
+    if isinstance(result, Err):
+        raise AssertionError(f"an operation of the document cannot be read: {result.err()}")
+    return result.ok()
+
+
 def _phase_order(label: str) -> tuple[int, str]:
     """Reads first, then changes, then deletions (and revocations), each by path."""
     method, path = label.split(" ", 1)
@@ -343,7 +357,7 @@ class Fuzz:
         self.schema.validate()  # a valid OpenAPI document (raises saying where it is not)
         assert not self.schema.iter_schema_warnings(), self.schema.iter_schema_warnings()
         operations = sorted(
-            (result.ok() for result in self.schema.get_all_operations()),
+            (_operation(result) for result in self.schema.get_all_operations()),
             key=lambda o: _phase_order(o.label),
         )
         assert len(operations) > 40, [o.label for o in operations]

@@ -148,8 +148,8 @@ def show_worker(worker_id: str, where: Where, as_json: bool) -> None:
 @where_options()
 @_json_option
 def drain_worker(worker_id: str, where: Where, as_json: bool) -> None:
-    """Ask a worker to drain: on its next heartbeat it stops claiming, finishes the runs it
-    holds and stops, as on SIGTERM."""
+    """Ask a worker to drain: woken at once, it stops claiming, finishes the runs it holds and
+    stops, as on SIGTERM."""
     one = run_services(where, lambda services: services.workers.drain(worker_id))
     if as_json:
         render.print_json(worker_json(one))

@@ -2,6 +2,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Test processes side by side: most tests wait on subprocesses, sockets and fsync, not on a core.
+TEST_WORKERS ?= 3
 
 .PHONY: demo test check lint typecheck bench clean
 
@@ -18,7 +20,8 @@ test: $(STAMP)  ## lint, type-check and run the whole test suite
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not serial"
+	$(PY) -m pytest -q -m serial
 
 check: test
 

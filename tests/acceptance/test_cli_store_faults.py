@@ -87,6 +87,8 @@ class Role:
                 [
                     *(sys.executable, "-m", "cronbus", role, "--app", "apps.worker_app:app"),
                     *("--store", f"sqlite:///{path}"),
+                    # Any free port: tests run side by side, and 8787 may be taken.
+                    *(("--api-port", "0") if role == "server" else ()),
                 ],
                 env=environment(CRONBUS_LEASE_SECONDS=LEASE),
                 stdout=out,

@@ -33,7 +33,10 @@ async def test_demo_server_shows_success_retry_timeout_and_dead_letters(tmp_path
     url = f"sqlite:///{tmp_path / 'demo.db'}"
     log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 - the server writes to it
     server = subprocess.Popen(
-        [sys.executable, "-m", "cronbus", "server", "--app", "cronbus.demo:app", "--store", url],
+        [
+            *(sys.executable, "-m", "cronbus", "server", "--app", "cronbus.demo:app"),
+            *("--store", url, "--api-port", "0"),  # any free port: tests run side by side
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
     )

@@ -35,7 +35,9 @@ from .conftest import wait_exit
 from .pg_conftest import Cluster, Db, cluster, db, pg_app, pg_url, poll, worker_id
 
 __all__ = ["cluster", "db", "pg_app", "pg_url"]  # fixtures
-pytestmark = pytest.mark.slow
+# serial: it restarts the PostgreSQL server every other test shares, so it runs alone, after
+# the parallel run (see the Makefile).
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 JOBS = 20
 BATCH = 5  # runs per defer, every PERIOD seconds

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from psycopg.types.json import Jsonb
 
@@ -25,9 +24,18 @@ from ...admin_records import (
     TokenRecord,
 )
 from ...errors import ConflictError, NotFoundError, StoreError
-from ..admin_ports import NO_CURSOR, NamespaceFilter, check_not_default, check_unused, filter_names
+from ..admin_ports import NamespaceFilter, check_not_default, check_unused
+from ..admin_rows import (
+    audit_from_row,
+    idempotency_from_row,
+    listing,
+    operation_changes,
+    operation_from_row,
+    token_from_row,
+)
+from ..event_rows import decoded
 from . import admin_sql as aq
-from .connection import Connected, Row
+from .connection import Connected
 from .rows import arrays
 
 _CLAIM_TRIES = 8
@@ -92,23 +100,23 @@ class PostgresAdmin(Connected):
         row = await self._db.one(aq.GET_TOKEN, (token_id,))
         if row is None:
             raise NotFoundError(f"no token with id {token_id!r}")
-        return _token(row)
+        return token_from_row(row, decoded)
 
     async def token_by_hash(self, hash: str) -> TokenRecord | None:
         """The token whose text hashes to ``hash``, if any."""
         row = await self._db.one(aq.TOKEN_BY_HASH, (hash,))
-        return None if row is None else _token(row)
+        return None if row is None else token_from_row(row, decoded)
 
     async def list_tokens(self) -> list[TokenRecord]:
         """Every token, oldest first."""
-        return [_token(row) for row in await self._db.rows(aq.LIST_TOKENS)]
+        return [token_from_row(row, decoded) for row in await self._db.rows(aq.LIST_TOKENS)]
 
     async def revoke_token(self, token_id: str, now: float) -> TokenRecord:
         """Revoke a token (NotFoundError if unknown); a revoked one keeps its ``revoked_at``."""
         row = await self._db.one(aq.REVOKE_TOKEN, (now, token_id))
         if row is None:
             raise NotFoundError(f"no token with id {token_id!r}")
-        return _token(row)
+        return token_from_row(row, decoded)
 
     async def touch_token(self, token_id: str, now: float) -> None:
         """Note that a token was used (written at most once a minute)."""
@@ -129,10 +137,9 @@ class PostgresAdmin(Connected):
         self, namespace: NamespaceFilter = None, before_id: int | None = None, limit: int = 50
     ) -> list[AuditEntry]:
         """Entries newest first, below ``before_id``, of ``namespace`` (None: all)."""
-        query, params = _listing(
-            (aq.LIST_AUDIT, aq.LIST_AUDIT_OF, aq.LIST_AUDIT_IN), namespace, before_id, limit
-        )
-        return [_audit(row) for row in await self._db.rows(query, params)]
+        queries = (aq.LIST_AUDIT, aq.LIST_AUDIT_OF, aq.LIST_AUDIT_IN)
+        query, params = listing(queries, namespace, before_id, limit, names=list)
+        return [audit_from_row(row, decoded) for row in await self._db.rows(query, params)]
 
     # -- idempotency ---------------------------------------------------------------------------
     async def claim_idempotency(
@@ -144,7 +151,7 @@ class PostgresAdmin(Connected):
                 return None
             row = await self._db.one(aq.GET_IDEMPOTENCY, (token_id, route, key))
             if row is not None:
-                return _idempotency(row)
+                return idempotency_from_row(row, decoded)
             # Released (or trimmed) between the insert and the read: claim it again.
         raise StoreError(f"idempotency key {key!r} kept being claimed and released")
 
@@ -186,14 +193,14 @@ class PostgresAdmin(Connected):
         }
         row = await self._db.one(aq.INSERT_OPERATION, params)
         assert row is not None
-        return _operation(row)
+        return operation_from_row(row, decoded)
 
     async def get_operation(self, operation_id: int) -> Operation:
         """One operation, or :class:`~cronbus.errors.NotFoundError`."""
         row = await self._db.one(aq.GET_OPERATION, (operation_id,))
         if row is None:
             raise NotFoundError(f"no operation with id {operation_id}")
-        return _operation(row)
+        return operation_from_row(row, decoded)
 
     async def update_operation(
         self,
@@ -207,100 +214,19 @@ class PostgresAdmin(Connected):
         error: str | None = None,
     ) -> Operation:
         """Set the given fields unless the operation ended; return it as stored."""
-        params = {
-            "id": operation_id,
-            "now": now,
-            "state": None if state is None else state.value,
-            "total": total,
-            "done": done,
-            "failed": failed,
-            "error": error,
-        }
+        params = operation_changes(operation_id, now, state, total, done, failed, error)
         # The read is a statement of its own: it sees an abort that beat the update.
         async with self._db.transaction() as tx:
             await tx.queue(aq.UPDATE_OPERATION, params)
             rows = await tx.rows(aq.GET_OPERATION, (operation_id,))
         if not rows:
             raise NotFoundError(f"no operation with id {operation_id}")
-        return _operation(rows[0])
+        return operation_from_row(rows[0], decoded)
 
     async def list_operations(
         self, namespace: NamespaceFilter = None, limit: int = 50, before_id: int | None = None
     ) -> list[Operation]:
         """Operations newest first, below ``before_id``, of ``namespace`` (None: all)."""
         queries = (aq.LIST_OPERATIONS, aq.LIST_OPERATIONS_OF, aq.LIST_OPERATIONS_IN)
-        query, params = _listing(queries, namespace, before_id, limit)
-        return [_operation(row) for row in await self._db.rows(query, params)]
-
-
-def _listing(
-    queries: tuple[str, str, str], namespace: NamespaceFilter, before_id: int | None, limit: int
-) -> tuple[str, dict[str, Any]]:
-    """The statement and parameters of a keyset listing: every row, one namespace, or several."""
-    every, one, several = queries
-    params: dict[str, Any] = {
-        "before": NO_CURSOR if before_id is None else before_id,
-        "limit": limit,
-    }
-    names = filter_names(namespace)
-    if names is None:
-        return every, params
-    if len(names) == 1:
-        return one, {**params, "namespace": names[0]}
-    return several, {**params, "namespaces": names}
-
-
-def _token(row: Row) -> TokenRecord:
-    return TokenRecord(
-        id=row[0],
-        name=row[1],
-        hash=row[2],
-        scope=row[3],
-        namespaces=tuple(row[4]),
-        created_at=row[5],
-        created_by=row[6],
-        expires_at=row[7],
-        revoked_at=row[8],
-        last_used_at=row[9],
-    )
-
-
-def _audit(row: Row) -> AuditEntry:
-    return AuditEntry(
-        id=row[0],
-        at=row[1],
-        actor=row[2],
-        namespace=row[3],
-        action=row[4],
-        resource=row[5],
-        detail=row[6],
-    )
-
-
-def _idempotency(row: Row) -> IdempotencyRecord:
-    return IdempotencyRecord(
-        token_id=row[0],
-        route=row[1],
-        key=row[2],
-        body_hash=row[3],
-        status=row[4],
-        response=row[5],
-        created_at=row[6],
-    )
-
-
-def _operation(row: Row) -> Operation:
-    return Operation(
-        id=row[0],
-        namespace=row[1],
-        kind=row[2],
-        request=row[3],
-        state=OperationState(row[4]),
-        total=row[5],
-        done=row[6],
-        failed=row[7],
-        error=row[8],
-        created_by=row[9],
-        created_at=row[10],
-        updated_at=row[11],
-    )
+        query, params = listing(queries, namespace, before_id, limit, names=list)
+        return [operation_from_row(row, decoded) for row in await self._db.rows(query, params)]

@@ -23,7 +23,15 @@ from ...admin_records import (
     TokenRecord,
 )
 from ...errors import ConflictError, NotFoundError
-from ..admin_ports import NO_CURSOR, NamespaceFilter, check_not_default, check_unused, filter_names
+from ..admin_ports import NamespaceFilter, check_not_default, check_unused
+from ..admin_rows import (
+    audit_from_row,
+    idempotency_from_row,
+    listing,
+    operation_changes,
+    operation_from_row,
+    token_from_row,
+)
 from . import admin_sql as aq
 from .connection import Connected
 from .rows import Row, execute, fetch_one
@@ -80,23 +88,23 @@ class SqliteAdmin(Connected):
         row = await self._one(aq.GET_TOKEN, (token_id,), inline="read")
         if row is None:
             raise NotFoundError(f"no token with id {token_id!r}")
-        return _token(row)
+        return token_from_row(row)
 
     async def token_by_hash(self, hash: str) -> TokenRecord | None:
         """The token whose text hashes to ``hash``, if any."""
         row = await self._one(aq.TOKEN_BY_HASH, (hash,), inline="read")
-        return None if row is None else _token(row)
+        return None if row is None else token_from_row(row)
 
     async def list_tokens(self) -> list[TokenRecord]:
         """Every token, oldest first."""
-        return [_token(row) for row in await self._rows(aq.LIST_TOKENS, inline="read")]
+        return [token_from_row(row) for row in await self._rows(aq.LIST_TOKENS, inline="read")]
 
     async def revoke_token(self, token_id: str, now: float) -> TokenRecord:
         """Revoke a token (NotFoundError if unknown); a revoked one keeps its ``revoked_at``."""
         row = await self._transact(fetch_one, aq.REVOKE_TOKEN, (now, token_id), inline="write")
         if row is None:
             raise NotFoundError(f"no token with id {token_id!r}")
-        return _token(row)
+        return token_from_row(row)
 
     async def touch_token(self, token_id: str, now: float) -> None:
         """Note that a token was used (written at most once a minute)."""
@@ -121,10 +129,10 @@ class SqliteAdmin(Connected):
         self, namespace: NamespaceFilter = None, before_id: int | None = None, limit: int = 50
     ) -> list[AuditEntry]:
         """Entries newest first, below ``before_id``, of ``namespace`` (None: all)."""
-        query, params = _listing(
+        query, params = listing(
             (aq.LIST_AUDIT, aq.LIST_AUDIT_OF, aq.LIST_AUDIT_IN), namespace, before_id, limit
         )
-        return [_audit(row) for row in await self._rows(query, params, inline="read")]
+        return [audit_from_row(row) for row in await self._rows(query, params, inline="read")]
 
     # -- idempotency ---------------------------------------------------------------------------
     async def claim_idempotency(
@@ -173,7 +181,7 @@ class SqliteAdmin(Connected):
         }
         row = await self._transact(fetch_one, aq.INSERT_OPERATION, params, inline="write")
         assert row is not None
-        return _operation(row)
+        return operation_from_row(row)
 
     async def get_operation(self, operation_id: int) -> Operation:
         """One operation, or :class:`~cronbus.errors.NotFoundError`."""
@@ -191,15 +199,7 @@ class SqliteAdmin(Connected):
         error: str | None = None,
     ) -> Operation:
         """Set the given fields unless the operation ended; return it as stored."""
-        params = {
-            "id": operation_id,
-            "now": now,
-            "state": None if state is None else state.value,
-            "total": total,
-            "done": done,
-            "failed": failed,
-            "error": error,
-        }
+        params = operation_changes(operation_id, now, state, total, done, failed, error)
         return await self._transact(_update_operation, params, inline="write")
 
     async def list_operations(
@@ -207,8 +207,8 @@ class SqliteAdmin(Connected):
     ) -> list[Operation]:
         """Operations newest first, below ``before_id``, of ``namespace`` (None: all)."""
         queries = (aq.LIST_OPERATIONS, aq.LIST_OPERATIONS_OF, aq.LIST_OPERATIONS_IN)
-        query, params = _listing(queries, namespace, before_id, limit)
-        return [_operation(row) for row in await self._rows(query, params, inline="read")]
+        query, params = listing(queries, namespace, before_id, limit)
+        return [operation_from_row(row) for row in await self._rows(query, params, inline="read")]
 
 
 def _delete_namespace(conn: sqlite3.Connection, name: str, now: float | None) -> None:
@@ -229,89 +229,16 @@ def _claim(conn: sqlite3.Connection, params: tuple[Any, ...]) -> IdempotencyReco
     if conn.execute(aq.CLAIM_IDEMPOTENCY, params).rowcount:
         return None
     row = conn.execute(aq.GET_IDEMPOTENCY, params[:3]).fetchone()
-    return _idempotency(row)
+    return idempotency_from_row(row)
 
 
 def _get_operation(conn: sqlite3.Connection, operation_id: int) -> Operation:
     row = conn.execute(aq.GET_OPERATION, (operation_id,)).fetchone()
     if row is None:
         raise NotFoundError(f"no operation with id {operation_id}")
-    return _operation(row)
+    return operation_from_row(row)
 
 
 def _update_operation(conn: sqlite3.Connection, params: dict[str, Any]) -> Operation:
     conn.execute(aq.UPDATE_OPERATION, params)
     return _get_operation(conn, params["id"])
-
-
-def _listing(
-    queries: tuple[str, str, str], namespace: NamespaceFilter, before_id: int | None, limit: int
-) -> tuple[str, dict[str, Any]]:
-    """The statement and parameters of a keyset listing: every row, one namespace, or several."""
-    every, one, several = queries
-    params: dict[str, Any] = {
-        "before": NO_CURSOR if before_id is None else before_id,
-        "limit": limit,
-    }
-    names = filter_names(namespace)
-    if names is None:
-        return every, params
-    if len(names) == 1:
-        return one, {**params, "namespace": names[0]}
-    return several, {**params, "namespaces": json.dumps(names)}
-
-
-def _token(row: Row) -> TokenRecord:
-    return TokenRecord(
-        id=row[0],
-        name=row[1],
-        hash=row[2],
-        scope=row[3],
-        namespaces=tuple(json.loads(row[4])),
-        created_at=row[5],
-        created_by=row[6],
-        expires_at=row[7],
-        revoked_at=row[8],
-        last_used_at=row[9],
-    )
-
-
-def _audit(row: Row) -> AuditEntry:
-    return AuditEntry(
-        id=row[0],
-        at=row[1],
-        actor=row[2],
-        namespace=row[3],
-        action=row[4],
-        resource=row[5],
-        detail=json.loads(row[6]),
-    )
-
-
-def _idempotency(row: Row) -> IdempotencyRecord:
-    return IdempotencyRecord(
-        token_id=row[0],
-        route=row[1],
-        key=row[2],
-        body_hash=row[3],
-        status=row[4],
-        response=None if row[5] is None else json.loads(row[5]),
-        created_at=row[6],
-    )
-
-
-def _operation(row: Row) -> Operation:
-    return Operation(
-        id=row[0],
-        namespace=row[1],
-        kind=row[2],
-        request=json.loads(row[3]),
-        state=OperationState(row[4]),
-        total=row[5],
-        done=row[6],
-        failed=row[7],
-        error=row[8],
-        created_by=row[9],
-        created_at=row[10],
-        updated_at=row[11],
-    )

@@ -82,6 +82,24 @@ async def test_authenticate_refuses_bad_tokens(services: Services, opened: App) 
         await services.tokens.authenticate(token)
 
 
+async def test_authenticate_notes_the_last_use_once_a_minute(
+    services: Services, opened: App
+) -> None:
+    record, token = await services.tokens.create("ci", "read", ["*"])
+    await services.tokens.authenticate(token)
+    first = (await opened.store.get_token(record.id)).last_used_at
+    assert first is not None
+    await services.tokens.authenticate(token)
+    assert (await opened.store.get_token(record.id)).last_used_at == first
+    clock = opened.clock
+    opened.clock = Later(61)
+    try:
+        await services.tokens.authenticate(token)
+    finally:
+        opened.clock = clock
+    assert (await opened.store.get_token(record.id)).last_used_at > first + 60
+
+
 async def test_token_refusals(services: Services, opened: App) -> None:
     cases = [
         (("", "read", ["default"]), "name"),

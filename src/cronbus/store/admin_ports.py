@@ -158,6 +158,9 @@ class Admin(Namespaces, Tokens, Audit, Idempotency, Operations, Protocol):
 
 
 # -- what both backends share --------------------------------------------------------------
+TOUCH_EVERY = 60.0
+"""Seconds between two writes of a token's ``last_used_at``: a token used on every request
+would otherwise cost every request a write."""
 NO_CURSOR = 2**63 - 1
 """``before_id`` when none is given: above every id either backend can give."""
 

@@ -5,11 +5,10 @@ store's schema), and batches travel as binary arrays (``%(name)b``, ``unnest``).
 from __future__ import annotations
 
 from ...admin_records import OperationState
+from ..admin_ports import TOUCH_EVERY
 
 _TERMINAL = ", ".join(f"'{state.value}'" for state in OperationState if state.terminal)
 """Ended operations' states, as SQL literals (enum constants, never user input)."""
-_TOUCH_EVERY = 60.0
-"""Seconds between two writes of a token's ``last_used_at``."""
 
 # -- namespaces ----------------------------------------------------------------------------
 INSERT_NAMESPACE = """
@@ -50,7 +49,7 @@ UPDATE tokens SET revoked_at = coalesce(revoked_at, %s) WHERE id = %s RETURNING 
 """
 TOUCH_TOKEN = f"""
 UPDATE tokens SET last_used_at = %(now)s
-WHERE id = %(id)s AND (last_used_at IS NULL OR last_used_at <= %(now)s - {_TOUCH_EVERY})
+WHERE id = %(id)s AND (last_used_at IS NULL OR last_used_at <= %(now)s - {TOUCH_EVERY})
 """
 
 # -- audit ---------------------------------------------------------------------------------

@@ -4,11 +4,10 @@ operations). Lists travel as JSON text and are opened with ``json_each``."""
 from __future__ import annotations
 
 from ...admin_records import OperationState
+from ..admin_ports import TOUCH_EVERY
 
 _TERMINAL = ", ".join(f"'{state.value}'" for state in OperationState if state.terminal)
 """Ended operations' states, as SQL literals (enum constants, never user input)."""
-_TOUCH_EVERY = 60.0
-"""Seconds between two writes of a token's ``last_used_at``."""
 
 # -- namespaces ----------------------------------------------------------------------------
 INSERT_NAMESPACE = """
@@ -44,7 +43,7 @@ LIST_TOKENS = f"SELECT {_TOKEN} FROM tokens ORDER BY created_at, id"
 REVOKE_TOKEN = f"""
 UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? RETURNING {_TOKEN}
 """
-_TOUCH_DUE = f"id = :id AND (last_used_at IS NULL OR last_used_at <= :now - {_TOUCH_EVERY})"
+_TOUCH_DUE = f"id = :id AND (last_used_at IS NULL OR last_used_at <= :now - {TOUCH_EVERY})"
 TOUCH_DUE = f"SELECT 1 FROM tokens WHERE {_TOUCH_DUE}"
 TOUCH_TOKEN = f"UPDATE tokens SET last_used_at = :now WHERE {_TOUCH_DUE}"
 

@@ -134,6 +134,11 @@ class InvalidTransitionError(ConflictError):
     """The run state machine forbids this change of state."""
 
 
+class LeaseLostError(ConflictError):
+    """The attempt no longer holds its run (its lease was reaped, or the run was cancelled):
+    what it asked (creating children with ``ctx.map``) was not done."""
+
+
 class StoreError(CronbusError):
     """The store failed or holds a schema this version does not know."""
 

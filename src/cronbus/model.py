@@ -60,6 +60,42 @@ class WorkerState(enum.StrEnum):
     LOST = "lost"
 
 
+class FanOutKind(enum.StrEnum):
+    """How a parent run spreads its work over child runs."""
+
+    BROADCAST = "broadcast"
+    """One child per live worker that knows the task (and carries the labels), pinned to it."""
+    SHARDS = "shards"
+    """N children, each told its shard index and the total."""
+    MAP = "map"
+    """Children a running task created with ``ctx.map``; optionally a reduce run after them."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FanOut:
+    """A fan-out to expand when the parent run is created (broadcast or shards; ``map`` is
+    made by a running task, not here)."""
+
+    kind: FanOutKind
+    shards: int = 0
+    """For ``shards``: how many children (1..10,000)."""
+    labels: tuple[str, ...] = ()
+    """For ``broadcast``: only workers that carry all these labels."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Children:
+    """A fan-out parent's children, as its counters in the store say."""
+
+    kind: FanOutKind
+    total: int
+    ended: int
+    succeeded: int
+    reduce_run_id: int | None = None
+    note: str = ""
+    """Why a parent ended without children (a broadcast when no live worker knew the task)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewRun:
     """A run to create: what ``defer`` hands to the store."""
@@ -73,9 +109,31 @@ class NewRun:
     max_attempts: int = 1
     timeout: float | None = None
     idempotency_key: str | None = None
-    # Routing hooks, honoured by the claim: a run may be pinned to one worker or need labels.
+    # Routing (cronbus.distribution.routing): the store picks ``target_worker`` at insert for
+    # strategies other than ``any`` (and reroutes when that worker dies); the claim honours
+    # the target, the labels, and the task names a worker knows.
     target_worker: str | None = None
+    route: str = "any"
+    """A :class:`~cronbus.distribution.routing.Strategy` value (``pinned``: broadcast child)."""
     route_key: str | None = None
+    """For ``hash``: the key, already taken from the arguments."""
+    route_labels: tuple[str, ...] = ()
+    """Only workers that carry all of these labels claim the run."""
+    route_order: tuple[str, ...] = ()
+    """For ``failover``: worker ids or ``label:<name>`` entries, first alive one wins."""
+    # Limits (cronbus.distribution.limits), enforced by the claim across every worker.
+    limit_key: str | None = None
+    """At most ``limit_max`` runs with this key run at once (namespaced by the caller)."""
+    limit_max: int | None = None
+    rate_key: str | None = None
+    """At most ``rate_max`` runs with this key start per ``rate_period`` seconds."""
+    rate_max: int | None = None
+    rate_period: float | None = None
+    # Fan-out: a child knows its parent and place; a parent to expand carries ``fanout``.
+    parent_id: int | None = None
+    child_index: int | None = None
+    shard_total: int | None = None
+    fanout: FanOut | None = None
     # Job runs: one run per (job_id, fire_at); the overlap policy applies among runs that share
     # a concurrency key, at the moment a worker claims one.
     job_id: int | None = None
@@ -100,6 +158,10 @@ class QueueShare:
 
     name: str
     limit: int
+    most: int | None = None
+    """The most this claim may take from the queue in all, the store's second pass (handing
+    unused shares to queues that have more) included; None: no bound beyond ``limit`` of the
+    request. The worker's slot plan sets it so a queue never takes the slots kept for others."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,6 +174,10 @@ class ClaimRequest:
     lease_seconds: float
     namespace: str = "default"
     """Only runs of this namespace are claimed (a worker serves its app's namespace)."""
+    tasks: Sequence[str] | None = None
+    """Only runs of these tasks are claimed (the tasks the worker's code knows); None: any."""
+    labels: Sequence[str] = ()
+    """The worker's labels: runs that need labels it lacks are left to others."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,6 +203,10 @@ class ClaimedRun:
     max_attempts: int
     timeout: float | None
     eta: float
+    parent_id: int | None = None
+    child_index: int | None = None
+    """A child's place: its shard index, map item index, or broadcast ordinal."""
+    shard_total: int | None = None
 
     @property
     def args(self) -> list[JSON]:
@@ -228,6 +298,15 @@ class Run:
     job_id: int | None = None
     fire_at: float | None = None
     namespace: str = "default"
+    route: str = "any"
+    route_labels: Sequence[str] = ()
+    limit_key: str | None = None
+    rate_key: str | None = None
+    parent_id: int | None = None
+    child_index: int | None = None
+    shard_total: int | None = None
+    children: Children | None = None
+    """Set on a fan-out parent: its children's counters."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -269,9 +348,13 @@ class WorkerInfo:
     """Names of the tasks the worker's code registers (what it can run)."""
     drain_requested: bool = False
     """An operator asked it to drain (``request_drain``): it does on its next heartbeat."""
+    lease_seconds: float = 30.0
+    """Its lease: silent for longer, it is lost; routing picks only workers alive within it."""
 
 
 _NOT_HASHED = frozenset({"paused", "namespace"})
+_HASHED_WHEN_SET = {"broadcast": False, "shards": None}
+"""Fields added later, hashed only when not at their default, so older digests still hold."""
 """JobSpec fields left out of its digest."""
 
 
@@ -299,6 +382,10 @@ class JobSpec:
     paused: bool = False
     namespace: str = "default"
     """The namespace the job and its runs belong to (not part of :meth:`spec_hash`)."""
+    broadcast: bool = False
+    """Each fire is a parent run with one child per live worker that knows the task."""
+    shards: int | None = None
+    """Each fire is a parent run with this many shard children."""
 
     @property
     def after_seconds(self) -> float | None:
@@ -311,6 +398,9 @@ class JobSpec:
         """A digest of the definition, to tell whether a code-defined job changed."""
         # Pausing and moving between namespaces are not changes of the definition itself.
         body = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in _NOT_HASHED}
+        for name, default in _HASHED_WHEN_SET.items():
+            if body[name] == default:
+                del body[name]
         text = json.dumps(body, sort_keys=True, default=str)
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 

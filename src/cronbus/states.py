@@ -10,6 +10,10 @@
     scheduled/queued ──cancel──▶ cancelled      scheduled/queued ──skip──▶ skipped
     dead/cancelled ──requeue──▶ queued
 
+    running ──await──▶ waiting ──children_succeeded──▶ succeeded      (a fan-out parent)
+                          ├──children_failed──▶ dead     └──cancel──▶ cancelled
+    dead/cancelled ──revive──▶ waiting   (a parent whose failed children were requeued)
+
 ``failed`` is momentary: the store records a failed attempt and, in the same transaction, moves
 the run on to ``scheduled`` (a retry) or ``dead``. Every change of a run's state, in Python or in
 the SQL of a store, is derived from :data:`TRANSITIONS`, so the two cannot disagree.
@@ -35,6 +39,8 @@ class RunState(enum.StrEnum):
     CANCELLED = "cancelled"
     DEAD = "dead"
     SKIPPED = "skipped"
+    WAITING = "waiting"
+    """A fan-out parent waiting for its child runs (it holds no lease and no worker slot)."""
 
     @property
     def terminal(self) -> bool:
@@ -65,6 +71,12 @@ class RunEvent(enum.StrEnum):
     LOSE = "lose"
     SKIP = "skip"
     REQUEUE = "requeue"
+    AWAIT = "await"
+    """A parent's own attempt succeeded while its children are not all done."""
+    CHILDREN_SUCCEEDED = "children_succeeded"
+    CHILDREN_FAILED = "children_failed"
+    REVIVE = "revive"
+    """A finished parent waits again: some of its children were requeued."""
 
 
 S = RunState
@@ -86,11 +98,17 @@ TRANSITIONS: dict[RunEvent, dict[RunState, RunState]] = {
         S.QUEUED: S.CANCELLED,
         S.RUNNING: S.CANCELLING,
         S.CANCELLING: S.CANCELLING,
+        # Cancelling a parent cancels its children in the same transaction.
+        S.WAITING: S.CANCELLED,
     },
     # A lost attempt is the worker's fault, not the task's: the run goes back to the queue.
     E.LOSE: {S.RUNNING: S.QUEUED, S.CANCELLING: S.CANCELLED},
     E.SKIP: {S.SCHEDULED: S.SKIPPED, S.QUEUED: S.SKIPPED},
     E.REQUEUE: {S.DEAD: S.QUEUED, S.CANCELLED: S.QUEUED},
+    E.AWAIT: {S.RUNNING: S.WAITING},
+    E.CHILDREN_SUCCEEDED: {S.WAITING: S.SUCCEEDED},
+    E.CHILDREN_FAILED: {S.WAITING: S.DEAD},
+    E.REVIVE: {S.DEAD: S.WAITING, S.CANCELLED: S.WAITING},
 }
 
 

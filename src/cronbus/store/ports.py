@@ -165,6 +165,12 @@ class Runs(Protocol):
         """When the earliest scheduled run of ``namespace`` in these queues (None: in any
         queue) becomes due."""
 
+    async def list_children(
+        self, parent_id: int, after_index: int | None = None, limit: int = 100
+    ) -> list[Run]:
+        """A parent's children by ``child_index`` (the reduce run, which has none, last), after
+        ``after_index`` (keyset)."""
+
     async def ready_queues(self, now: float, namespace: str = "default") -> list[str]:
         """The queues, by name, holding runs of ``namespace`` a claim could take at ``now``:
         queued runs, and scheduled runs already due (a claim promotes them). A worker serving
@@ -210,6 +216,26 @@ class RunLeases(Protocol):
 
     async def age_retries(self, now: float, after: float) -> int:
         """Move retries queued for longer than ``after`` seconds into the fresh lane."""
+
+    async def spawn(
+        self,
+        parent: ClaimedRun,
+        children: Sequence[NewRun],
+        reduce: NewRun | None,
+        now: float,
+    ) -> int:
+        """Create child runs of a running parent (``ctx.map``), in one transaction, fenced by
+        the parent's attempt and fence (:class:`~cronbus.errors.LeaseLostError` when it no
+        longer holds them). A child whose ``child_index`` exists already is not created again
+        (a retried body maps the same items); ``reduce`` (args ignored) is kept on the parent
+        and created once every child succeeded, with the children's results, in index order,
+        as its one argument. Returns how many children were new."""
+
+    async def reroute(self, now: float) -> int:
+        """Route again the waiting runs pinned to a worker that is no longer alive (silent for
+        longer than its lease, draining or stopped): by their strategy among the live workers,
+        or to any worker when none fits; a broadcast child (``pinned``) ends dead instead, so
+        its parent can finish. Returns how many runs changed."""
 
 
 class Jobs(Protocol):
@@ -282,6 +308,10 @@ class Workers(Protocol):
         """Ask a worker to drain: it sees ``drain_requested`` on its next heartbeat
         (:meth:`RunLeases.beat`) and drains as on SIGTERM. Returns the worker's entry;
         :class:`~cronbus.errors.WorkerNotFoundError` if it is not registered."""
+
+    async def unknown_tasks(self, now: float, namespace: str = "default") -> list[str]:
+        """Tasks of queued runs of ``namespace`` that no live worker knows (such runs wait for
+        a worker that does: a rolling deploy never dead-letters them)."""
 
     async def prune_workers(self, silent_since: float) -> list[str]:
         """Delete the registry rows of workers silent since before ``silent_since`` and

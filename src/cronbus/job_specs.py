@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 _COUNT_LIMIT = 10_000
 """The most missed fires one misfire may catch up."""
+SHARDS_LIMIT = 10_000
+"""The most children one shards fan-out may have."""
 _FIRES_LIMIT = 1_000_000_000
 """The largest max_fires (stored in a 32-bit column on PostgreSQL)."""
 
@@ -51,6 +53,10 @@ class JobOptions:
     queue: str | None = None
     priority: int | None = None
     paused: bool = False
+    broadcast: bool = False
+    """Each fire is a parent run with one child per live worker that knows the task."""
+    shards: int | None = None
+    """Each fire is a parent run with this many children (1 to 10,000), each told its index."""
 
 
 def build_spec(name: str, task: Task[Any, Any], options: JobOptions, source: str) -> JobSpec:
@@ -69,6 +75,7 @@ def build_spec(name: str, task: Task[Any, Any], options: JobOptions, source: str
         priority = task.priority if options.priority is None else check_priority(options.priority)
         children = tuple(check_job_name(c) for c in _names(options.children, "children"))
         calendars = tuple(_calendar_name(c) for c in _names(options.calendars, "calendars"))
+        broadcast, shards = _fanout(options.broadcast, options.shards)
     trigger = make_trigger(
         cron=options.cron,
         every=options.every,
@@ -100,6 +107,8 @@ def build_spec(name: str, task: Task[Any, Any], options: JobOptions, source: str
         max_fires=max_fires,
         source=source,
         paused=bool(options.paused),
+        broadcast=broadcast,
+        shards=shards,
     )
 
 
@@ -107,6 +116,22 @@ def check_job_name(name: str) -> str:
     """A job name: 1-200 printable characters without whitespace (as task names)."""
     with configuring():
         return check_label(name, "job name")
+
+
+def _fanout(broadcast: object, shards: object) -> tuple[bool, int | None]:
+    """A job's fan-out: broadcast (a bool), or a number of shards, not both."""
+    if not isinstance(broadcast, bool):
+        raise InvalidArgumentError(
+            f"broadcast must be true or false, got {shorten(broadcast)}", field="broadcast"
+        )
+    if shards is None:
+        return broadcast, None
+    count = check_int(shards, "shards", 1, SHARDS_LIMIT)
+    if broadcast:
+        raise InvalidArgumentError(
+            "give broadcast or shards, not both: a fire is one or the other", field="shards"
+        )
+    return False, count
 
 
 def _names(values: Sequence[str], what: str) -> Sequence[str]:

@@ -309,6 +309,8 @@ def _current(spec: JobSpec) -> dict[str, Any]:
         "queue": spec.queue,
         "priority": spec.priority,
         "paused": spec.paused,
+        "broadcast": spec.broadcast,
+        "shards": spec.shards,
         # A stand-in schedule that validates; the stored trigger is put back unless replaced.
         "every": 1.0,
     }

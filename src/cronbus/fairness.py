@@ -19,10 +19,13 @@ among the queues that hold claimable runs at the time, each with weight 1, read 
 
 from __future__ import annotations
 
+import heapq
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
+from fractions import Fraction
 
 from .errors import ConfigurationError
+from .model import QueueShare
 from .validation import shorten
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -99,6 +102,94 @@ def plan_shares(
         return [(name, 1) for name, _ in ordered[:limit]]
     shares = _apportion(ordered, limit)
     return [(name, shares[name]) for name, _ in ordered]
+
+
+def plan_slots(
+    queues: Sequence[tuple[str, int]],
+    concurrency: int,
+    busy: Mapping[str, int],
+    rotation: int,
+    others: Collection[str] = (),
+) -> list[QueueShare]:
+    """Share a worker's free slots among weighted ``queues``, counting what already runs.
+
+    ``busy`` counts the runs executing on the worker per queue; the free slots are
+    ``concurrency`` minus their sum. Each queue's quota is its weighted share of
+    ``concurrency`` (at least 1). Free slots go first to the queues below their quota (the
+    least served for their weight first), then by weight. No queue may hold more than
+    ``concurrency`` minus one slot for every other known queue (the served ``queues``,
+    ``others`` and the busy ones; a busy one keeps what it holds): so a long batch on one queue
+    never takes the slot another queue's next run needs. When ``concurrency`` is below the
+    number of known queues that bound would be zero; a queue may then still hold one slot.
+
+    Ties go to the queue that comes first from ``rotation % len(queues)``. Only queues with a
+    slot are listed; ``limit`` is the queue's share and ``most`` the most the claim may take
+    from it once the store hands on unused shares. The limits sum to at most the free slots.
+    Raises ``ValueError`` on arguments :func:`parse_queues` never produces (a caller bug).
+    """
+    _check_plan(queues, concurrency)
+    free = concurrency - sum(busy.values())
+    if free <= 0:
+        return []
+    ordered = _rotate(queues, rotation)
+    held = {name: busy.get(name, 0) for name, _ in ordered}
+    caps = _caps(ordered, concurrency, busy, others)
+    quotas = _quotas(ordered, concurrency)
+    given = dict.fromkeys(held, 0)
+    left = _fill(ordered, held, given, {n: min(quotas[n], caps[n]) for n in held}, free)
+    _fill(ordered, held, given, caps, left)
+    return [
+        QueueShare(name=name, limit=given[name], most=min(free, caps[name] - busy.get(name, 0)))
+        for name, _ in ordered
+        if given[name]
+    ]
+
+
+def _caps(
+    ordered: list[tuple[str, int]],
+    concurrency: int,
+    busy: Mapping[str, int],
+    others: Collection[str],
+) -> dict[str, int]:
+    """The most each queue may hold: one slot (or what it holds) kept for every other one."""
+    known = {name for name, _ in ordered} | set(others) | {q for q, n in busy.items() if n > 0}
+    kept = {name: max(1, busy.get(name, 0)) for name in known}
+    total = sum(kept.values())
+    return {name: max(1, concurrency - (total - kept[name])) for name, _ in ordered}
+
+
+def _quotas(ordered: list[tuple[str, int]], concurrency: int) -> dict[str, int]:
+    """Each queue's weighted share of the whole worker (at least one slot)."""
+    if concurrency < len(ordered):
+        return dict.fromkeys((name for name, _ in ordered), 1)
+    return _apportion(ordered, concurrency)
+
+
+def _fill(
+    ordered: list[tuple[str, int]],
+    held: dict[str, int],
+    given: dict[str, int],
+    bound: Mapping[str, int],
+    free: int,
+) -> int:
+    """Hand out up to ``free`` slots, one at a time, to the queue whose next slot brings it
+    least above its weight (D'Hondt), while it holds less than ``bound``; the slots left.
+
+    A heap keeps it O(free log queues): a ``*`` worker may serve many queues."""
+    heap = [
+        (Fraction(held[name] + 1, weight), place, name, weight)
+        for place, (name, weight) in enumerate(ordered)
+        if held[name] < bound[name]
+    ]
+    heapq.heapify(heap)
+    while free and heap:
+        _, place, name, weight = heapq.heappop(heap)
+        held[name] += 1
+        given[name] += 1
+        free -= 1
+        if held[name] < bound[name]:
+            heapq.heappush(heap, (Fraction(held[name] + 1, weight), place, name, weight))
+    return free
 
 
 def _split(spec: str | Sequence[str]) -> list[str]:

@@ -7,14 +7,28 @@ nudge, then writes the answer in its own SQL.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ..distribution.fanout import Settle, Tally, after_reduce, settle
 from ..errors import CronbusError, InvalidTransitionError
-from ..model import ErrorInfo, Job, Lane, NewRun, Outcome, Overlap, RunFilter, WorkerState
+from ..model import (
+    ErrorInfo,
+    FanOut,
+    FanOutKind,
+    Job,
+    JobSpec,
+    Lane,
+    NewRun,
+    Outcome,
+    Overlap,
+    RunFilter,
+    WorkerState,
+)
 from ..states import ACTIVE, AttemptOutcome, RunEvent, RunState, sources, transition
 from ..triggers import trigger_from_spec
 from .ports import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL
@@ -23,6 +37,8 @@ log = logging.getLogger("cronbus.store")
 
 LEASE_EXPIRED = "LeaseExpired"
 """The error type recorded on an attempt whose lease expired."""
+WORKER_GONE = "WorkerGone"
+"""The error type of a broadcast child whose worker left before running it."""
 P = TypeVar("P")
 
 
@@ -164,7 +180,17 @@ def job_run(job: Job, fire_at: float, eta: float) -> NewRun:
         concurrency_key=None if spec.overlap is Overlap.ALLOW else f"job:{job.id}",
         overlap=spec.overlap,
         namespace=spec.namespace,
+        fanout=job_fanout(spec),
     )
+
+
+def job_fanout(spec: JobSpec) -> FanOut | None:
+    """The fan-out of each fire of a job: a broadcast, shards, or none."""
+    if spec.broadcast:
+        return FanOut(kind=FanOutKind.BROADCAST)
+    if spec.shards is not None:
+        return FanOut(kind=FanOutKind.SHARDS, shards=spec.shards)
+    return None
 
 
 def after_fire(job_id: int, trigger: str, now: float) -> float | None:
@@ -272,3 +298,119 @@ def listing_arms(filter: RunFilter, namespaces: Sequence[str]) -> list[tuple[str
     else:
         states = [state.value for state in RunState]
     return [(namespace, state) for namespace in namespaces for state in states]
+
+
+# -- fan-out parents and their children ----------------------------------------------------------
+# A child run has ``parent_id``; a counted child also has ``child_index`` (shard, map item or
+# broadcast ordinal). The reduce run has ``parent_id`` but no ``child_index``: its end is not
+# counted, it decides the parent (``after_reduce``). ``fanouts.ended`` always equals the number
+# of the parent's counted children in a terminal state, so every path that ends a run, and
+# every requeue, keeps it so in the same transaction.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ended:
+    """A run that became terminal in this transaction, as the children accounting needs it."""
+
+    run_id: int
+    state: RunState
+    parent_id: int | None
+    child_index: int | None
+
+
+def counted_ends(ended: Sequence[Ended]) -> list[tuple[int, int, int]]:
+    """``(parent_id, ended, succeeded)`` to add to each parent's counters for the counted
+    children among ``ended``, by ascending parent id (PostgreSQL updates the ``fanouts`` rows
+    in that order, so two transactions never wait on each other's parents)."""
+    tallies: dict[int, list[int]] = {}
+    for end in ended:
+        if end.parent_id is None or end.child_index is None or not end.state.terminal:
+            continue
+        tally = tallies.setdefault(end.parent_id, [0, 0])
+        tally[0] += 1
+        tally[1] += end.state is RunState.SUCCEEDED
+    return [(parent, n, ok) for parent, (n, ok) in sorted(tallies.items())]
+
+
+def reduce_ends(ended: Sequence[Ended]) -> list[tuple[int, RunState]]:
+    """``(parent_id, state)`` of the reduce runs among ``ended``, by ascending parent id."""
+    return sorted(
+        (end.parent_id, end.state)
+        for end in ended
+        if end.parent_id is not None and end.child_index is None and end.state.terminal
+    )
+
+
+def parent_decision(parent: RunState, tally: Tally, reduce: RunState | None = None) -> Settle:
+    """What a parent does after its counters changed (``reduce``: its reduce run just ended in
+    that state). Only a WAITING parent moves: a map parent whose body still runs decides when
+    its attempt ends (:func:`own_end`); a dead or cancelled one stays until revived."""
+    if parent is not RunState.WAITING:
+        return Settle.WAIT
+    if reduce is not None:
+        return after_reduce(reduce)
+    return settle(tally)
+
+
+def settled_state(decision: Settle) -> RunState:
+    """A waiting parent's state after ``decision`` (SUCCEED or FAIL)."""
+    event = RunEvent.CHILDREN_SUCCEEDED if decision is Settle.SUCCEED else RunEvent.CHILDREN_FAILED
+    return transition(RunState.WAITING, event)
+
+
+def own_end(change: Finish, tally: Tally | None) -> tuple[Finish, Settle]:
+    """A map parent's own attempt ended (``change`` from :func:`finish`); ``tally`` is its
+    counters, None when it made no children (then nothing changes).
+
+    A body that succeeded while children are still going makes the parent wait for them
+    (AWAIT: lease cleared, no finish time); with every child ended it settles at once:
+    REDUCE (wait for the reduce run the store creates now), SUCCEED, or FAIL (dead). A body
+    that failed follows the usual retry or death; its children live on. A cancel asked while
+    the body ran loses to a body that succeeded, as for any run.
+    """
+    if tally is None or change.state is not RunState.SUCCEEDED:
+        return change, Settle.WAIT
+    decision = settle(tally)
+    waiting = transition(RunState.RUNNING, RunEvent.AWAIT)
+    if decision is Settle.SUCCEED:
+        return change, decision
+    if decision is Settle.FAIL:
+        state = settled_state(decision)
+        return dataclasses.replace(change, state=state), decision
+    return dataclasses.replace(change, state=waiting, finished_at=None), decision
+
+
+def revives(kind: FanOutKind | str | None, body: AttemptOutcome | str | None) -> bool:
+    """Whether a dead or cancelled run, requeued, is revived as a waiting parent (its failed
+    children requeued) rather than queued to run again: a broadcast or shards parent always
+    (it has no body of its own); a map parent whose body had succeeded (``body``: the outcome
+    of its last attempt). A map parent whose body failed runs its body again (a retried body
+    maps no item twice)."""
+    if kind is None:
+        return False
+    if FanOutKind(kind) is not FanOutKind.MAP:
+        return True
+    return body is not None and AttemptOutcome(body) is AttemptOutcome.SUCCEEDED
+
+
+def revived_state(parent: RunState, revivable: bool) -> RunState | None:
+    """A parent's state when some of its children were requeued: waiting again if it had ended
+    dead or cancelled (and :func:`revives` says it may), else None (unchanged)."""
+    if revivable and parent in sources(RunEvent.REVIVE):
+        return transition(parent, RunEvent.REVIVE)
+    return None
+
+
+def cancels_children(state: RunState) -> bool:
+    """Whether a run cancelled from ``state`` takes its children with it: a waiting parent
+    (a running map parent keeps them: the cancel stops its body, as a failure would)."""
+    return state is RunState.WAITING
+
+
+def worker_gone(worker: str) -> ErrorInfo:
+    """The error of a broadcast child whose worker left before running it."""
+    return ErrorInfo(type=WORKER_GONE, message=f"worker {worker} left before running it")
+
+
+WORKER_GONE_STATE = transition(RunState.FAILED, RunEvent.GIVE_UP)
+"""A waiting broadcast child's state when its worker is gone: dead (it cannot move)."""

@@ -11,7 +11,9 @@ from typing import Any
 
 from ..model import (
     Attempt,
+    Children,
     ErrorInfo,
+    FanOutKind,
     Job,
     JobSpec,
     Lane,
@@ -30,18 +32,23 @@ RUN_COLUMNS = """
     r.max_attempts, r.timeout, r.idempotency_key, r.created_at, r.updated_at, r.finished_at,
     r.lease_owner, r.lease_expires, r.attempt_id, r.target_worker, r.route_key,
     p.args, p.kwargs, a.result, a.error_type, a.error_message, a.traceback, r.job_id, r.fire_at,
-    r.namespace
+    r.namespace, r.route, r.route_labels, r.limit_key, r.rate_key, r.parent_id, r.child_index,
+    r.shard_total, f.kind, f.total, f.ended, f.succeeded, f.reduce_run, f.note
 """
+# A fan-out parent's counters come with it (fanouts is keyed by the parent's id; most runs have
+# no row there, which the primary key answers at once).
 RUN_FROM = """
     FROM runs r
     LEFT JOIN run_payloads p ON p.run_id = r.id
     LEFT JOIN attempts a ON a.id = r.attempt_id
+    LEFT JOIN fanouts f ON f.run_id = r.id
 """
 
 JOB_COLUMNS = """
     id, name, task, trigger, args, kwargs, queue, priority, max_attempts, timeout, misfire,
     misfire_grace, misfire_max, overlap, children, calendars, max_fires, source, paused, enabled,
-    next_fire_at, fires, last_fire_at, created_at, updated_at, spec_hash, namespace
+    next_fire_at, fires, last_fire_at, created_at, updated_at, spec_hash, namespace, broadcast,
+    shards
 """
 
 
@@ -69,6 +76,9 @@ def job_params(spec: JobSpec, next_fire_at: float | None, now: float) -> dict[st
         "spec_hash": spec.spec_hash(),
         "paused": int(spec.paused),
         "namespace": spec.namespace,
+        # A bool: SQLite stores it as 1/0, PostgreSQL's column is boolean.
+        "broadcast": spec.broadcast,
+        "shards": spec.shards,
         "next_fire_at": next_fire_at,
         "now": now,
     }
@@ -96,6 +106,8 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
         source=row[17],
         paused=bool(row[18]),
         namespace=row[26],
+        broadcast=bool(row[27]),
+        shards=row[28],
     )
     return Job(
         id=row[0],
@@ -146,7 +158,38 @@ def run_from_row(row: Row) -> Run:
         job_id=row[26],
         fire_at=row[27],
         namespace=row[28],
+        route=row[29],
+        route_labels=decode_list(row[30]),
+        limit_key=row[31],
+        rate_key=row[32],
+        parent_id=row[33],
+        child_index=row[34],
+        shard_total=row[35],
+        children=_children(row),
     )
+
+
+def _children(row: Row) -> Children | None:
+    """A fan-out parent's counters (the ``fanouts`` columns of :data:`RUN_COLUMNS`)."""
+    if row[36] is None:
+        return None
+    return Children(
+        kind=FanOutKind(row[36]),
+        total=row[37],
+        ended=row[38],
+        succeeded=row[39],
+        reduce_run_id=row[40],
+        note=row[41] or "",
+    )
+
+
+def decode_list(value: Any) -> tuple[str, ...]:
+    """A list column: JSON text in SQLite, an array (already a list) in PostgreSQL, or NULL."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = json.loads(value)
+    return tuple(str(item) for item in value)
 
 
 def attempt_from_row(row: Row) -> Attempt:
@@ -183,11 +226,12 @@ def new_run_values(run: NewRun, now: float) -> tuple[Any, ...]:
     """The values both stores insert for a new run, in their common column order (task, queue,
     state, priority, eta, max_attempts, timeout, idempotency_key, target_worker, route_key,
     job_id, fire_at, concurrency_key, overlap, namespace); each store adds its own columns after
-    them."""
+    them (see :func:`distribution_values`). A parent to expand (``run.fanout``) starts waiting
+    for its children, which the store inserts in the same transaction."""
     return (
         run.task,
         run.queue,
-        initial_state(run.eta, now).value,
+        (RunState.WAITING if run.fanout is not None else initial_state(run.eta, now)).value,
         run.priority,
         run.eta,
         run.max_attempts,
@@ -200,4 +244,52 @@ def new_run_values(run: NewRun, now: float) -> tuple[Any, ...]:
         run.concurrency_key,
         run.overlap.value,
         run.namespace,
+    )
+
+
+DISTRIBUTION_COLUMNS = (
+    "route",
+    "route_labels",
+    "route_order",
+    "limit_key",
+    "limit_max",
+    "rate_key",
+    "rate_max",
+    "rate_period",
+    "parent_id",
+    "child_index",
+    "shard_total",
+)
+"""The runs columns of :func:`distribution_values`, in its order."""
+
+
+def distribution_values(run: NewRun) -> tuple[Any, ...]:
+    """A new run's routing, limit and fan-out columns, in the order of
+    :data:`DISTRIBUTION_COLUMNS`. Lists (``route_labels``, ``route_order``) come as tuples, or
+    None when empty; each store encodes them (JSON text in SQLite, text[] in PostgreSQL)."""
+    return (
+        run.route,
+        tuple(run.route_labels) or None,
+        tuple(run.route_order) or None,
+        run.limit_key,
+        run.limit_max,
+        run.rate_key,
+        run.rate_max,
+        run.rate_period,
+        run.parent_id,
+        run.child_index,
+        run.shard_total,
+    )
+
+
+def plain(run: NewRun) -> bool:
+    """Whether a new run uses none of routing, limits or fan-out (its distribution columns all
+    take their defaults), so a store may insert it with its plain statement."""
+    return (
+        run.route == "any"
+        and not run.route_labels
+        and run.limit_key is None
+        and run.rate_key is None
+        and run.parent_id is None
+        and run.fanout is None
     )

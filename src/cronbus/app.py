@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -20,11 +21,12 @@ from .events.event import DEFAULT_SOURCE, Event, make_event
 from .events.records import SubscriptionSpec
 from .events.targets import Handler
 from .jobs import JobOptions, Jobs, build_spec
-from .model import JobSpec
+from .model import JobSpec, NewRun
 from .portal import Portal
 from .retry import Retry
 from .store import Store, default_url, open_store
 from .task import Isolation, Task
+from .task_policy import KeySpec
 from .validation import DEFAULT_NAMESPACE, check_namespace
 
 if TYPE_CHECKING:
@@ -154,6 +156,14 @@ class App:
         priority: int = 0,
         isolation: Isolation | None = None,
         retry_on: Sequence[type[BaseException]] | None = None,
+        route: str = "any",
+        route_key: KeySpec | None = None,
+        labels: Sequence[str] | None = None,
+        failover: Sequence[str] | None = None,
+        concurrency: int | None = None,
+        concurrency_key: KeySpec | None = None,
+        rate: str | None = None,
+        rate_key: KeySpec | None = None,
     ) -> Callable[[F], Task[Any, Any]]: ...
 
     def task(
@@ -168,6 +178,14 @@ class App:
         priority: int = 0,
         isolation: Isolation | None = None,
         retry_on: Sequence[type[BaseException]] | None = None,
+        route: str = "any",
+        route_key: KeySpec | None = None,
+        labels: Sequence[str] | None = None,
+        failover: Sequence[str] | None = None,
+        concurrency: int | None = None,
+        concurrency_key: KeySpec | None = None,
+        rate: str | None = None,
+        rate_key: KeySpec | None = None,
     ) -> Task[Any, Any] | Callable[[F], Task[Any, Any]]:
         """Register a function as a task; use bare (``@app.task``) or with options.
 
@@ -175,6 +193,15 @@ class App:
         exception types; ``timeout`` is the maximum execution time in seconds; ``isolation`` is
         ``"thread"`` (default for sync functions), ``"async"`` (default for coroutines) or
         ``"process"`` (a child process that can be killed).
+
+        Distribution (enforced by the store across every worker; see docs/distribution.md):
+        ``route`` picks the worker (``any``, ``round_robin``, ``random``, ``hash`` with
+        ``route_key``, ``least_busy``, ``failover`` with ``failover=[ids or 'label:x']``,
+        ``labels``), ``labels`` narrows it to workers carrying them; ``concurrency`` caps the
+        runs running at once (per ``concurrency_key`` when given), ``rate`` (``"100/m"``) the
+        starts per period (per ``rate_key``). A key is an argument's name or a callable given
+        the call's ``(*args, **kwargs)``. A function with a ``ctx`` parameter receives a
+        :class:`~cronbus.run_context.RunContext` there.
         """
 
         def register(function: F) -> Task[Any, Any]:
@@ -192,6 +219,14 @@ class App:
                 timeout=timeout,
                 priority=priority,
                 isolation=isolation,
+                route=route,
+                route_key=route_key,
+                labels=labels,
+                failover=failover,
+                concurrency=concurrency,
+                concurrency_key=concurrency_key,
+                rate=rate,
+                rate_key=rate_key,
             )
             if task.name in self.tasks:
                 raise ConfigurationError(f"two tasks are named {task.name!r}; give one a name=")
@@ -227,10 +262,14 @@ class App:
         retries: int | Retry | None = None,
         timeout: float | None = None,
         isolation: Isolation | None = None,
+        broadcast: bool = False,
+        shards: int | None = None,
     ) -> Callable[[Callable[..., Any]], Task[Any, Any]]:
         """Define a job in code: a task plus one trigger (``cron``, ``every``, ``after`` or
         ``at``) and its policies. Jobs defined in code are synced to the store when a scheduler
-        starts. Decorate a plain function (it becomes a task too) or a task."""
+        starts. Decorate a plain function (it becomes a task too) or a task. ``broadcast``
+        makes each fire a parent run with one child per live worker that knows the task;
+        ``shards=N`` one with N children."""
         options = JobOptions(
             cron=cron,
             every=every,
@@ -252,6 +291,8 @@ class App:
             queue=queue,
             priority=priority,
             paused=paused,
+            broadcast=broadcast,
+            shards=shards,
         )
 
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
@@ -373,6 +414,21 @@ class App:
         from .services import LOCAL, Services  # the services import this module's siblings
 
         return Services(self, access or LOCAL, namespace)
+
+    def shape_run(self, new: NewRun) -> NewRun:
+        """``new`` with its task's route and limits when this app knows the task (a run made
+        without the task's code, by a job's fire or the CLI, carries none), or ``new`` as it
+        is. Raises :class:`~cronbus.errors.InvalidArgumentError` when a key cannot be taken
+        from the run's arguments."""
+        task = self.tasks.get(new.task)
+        if task is None:
+            return new
+        args, kwargs = json.loads(new.args_json), json.loads(new.kwargs_json)
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise InvalidArgumentError(
+                f"run of task {new.task!r}: its arguments are not a list and an object"
+            )
+        return replace(new, **task.policy_fields(args, kwargs, new.namespace))
 
     def get_task(self, name: str) -> Task[Any, Any]:
         """The task registered under ``name``."""

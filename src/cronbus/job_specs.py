@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigurationError, InvalidArgumentError
 from .model import JobSpec, Misfire, Overlap
 from .task import check_priority, check_queue, configuring
+from .task_policy import SHARDS_LIMIT
 from .triggers import make_trigger
 from .validation import check_int, check_label, check_seconds, shorten
 
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
 
 _COUNT_LIMIT = 10_000
 """The most missed fires one misfire may catch up."""
-SHARDS_LIMIT = 10_000
-"""The most children one shards fan-out may have."""
 _FIRES_LIMIT = 1_000_000_000
 """The largest max_fires (stored in a 32-bit column on PostgreSQL)."""
 

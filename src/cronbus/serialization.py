@@ -25,6 +25,8 @@ MAX_DEPTH = 100
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 """Serialized JSON bytes of a run's arguments or an event's data, unless settings say more."""
 PAYLOAD_SETTING = "max_payload_bytes (CRONBUS_MAX_PAYLOAD_BYTES)"
+CONTEXT_PARAMETER = "ctx"
+"""A task function's parameter that receives the run context instead of an argument."""
 _unstorable = UNSTORABLE.search
 
 
@@ -185,7 +187,23 @@ def _encode(value: Any, what: str, max_bytes: int | None) -> str:
 
 
 def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
-    """``fn``'s signature, or None for callables without one (some builtins)."""
+    """``fn``'s signature as its runs are called, or None for callables without one (some
+    builtins). A parameter named ``ctx`` (:data:`CONTEXT_PARAMETER`) is left out: the worker
+    passes the run context there, and it is not part of the run's arguments."""
+    full = _full_signature(fn)
+    if full is None or CONTEXT_PARAMETER not in full.parameters:
+        return full
+    kept = [p for p in full.parameters.values() if p.name != CONTEXT_PARAMETER]
+    return full.replace(parameters=kept)
+
+
+def context_parameter(fn: Callable[..., Any]) -> inspect.Parameter | None:
+    """``fn``'s parameter named ``ctx``, where a task receives its run context, if any."""
+    full = _full_signature(fn)
+    return None if full is None else full.parameters.get(CONTEXT_PARAMETER)
+
+
+def _full_signature(fn: Callable[..., Any]) -> inspect.Signature | None:
     try:
         return inspect.signature(fn)
     except (TypeError, ValueError):

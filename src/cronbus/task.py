@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 
 from .errors import ConfigurationError, CronbusError, InvalidArgumentError
 from .handle import RunHandle
-from .model import NewRun
+from .model import FanOut, NewRun
 from .retry import Retry
-from .serialization import encode_call, signature_of
+from .serialization import context_parameter, encode_call, signature_of
+from .task_policy import KeySpec, TaskPolicy, check_fanout, make_policy
 from .validation import (
     RETRIES_LIMIT,
     check_epoch,
@@ -64,11 +65,20 @@ class Task(Generic[P, R]):
         timeout: float | None = None,
         priority: int = 0,
         isolation: Isolation | None = None,
+        route: str = "any",
+        route_key: KeySpec | None = None,
+        labels: Sequence[str] | None = None,
+        failover: Sequence[str] | None = None,
+        concurrency: int | None = None,
+        concurrency_key: KeySpec | None = None,
+        rate: str | None = None,
+        rate_key: KeySpec | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = signature_of(fn)
+        """The signature runs are checked against (without ``ctx``)."""
         self.isolation: Isolation = isolation or ("async" if self.is_async else "thread")
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -79,6 +89,20 @@ class Task(Generic[P, R]):
             self.timeout = check_timeout(timeout)
             self.priority = check_priority(priority)
             check_int(retry.retries, f"task {self.name!r}: retries", 0, RETRIES_LIMIT)
+        with configuring(f"task {self.name!r}: "):
+            self.policy: TaskPolicy = make_policy(
+                self.name,
+                self.signature,
+                route=route,
+                route_key=route_key,
+                labels=labels,
+                failover=failover,
+                concurrency=concurrency,
+                concurrency_key=concurrency_key,
+                rate=rate,
+                rate_key=rate_key,
+            )
+        self.takes_context = self._check_context()
         if self.isolation not in ISOLATIONS:
             raise ConfigurationError(
                 f"task {self.name!r}: isolation must be one of {', '.join(ISOLATIONS)}, "
@@ -93,8 +117,32 @@ class Task(Generic[P, R]):
                 f"task {self.name!r} is async: use isolation='async' (the default) or 'process'"
             )
 
+    def _check_context(self) -> bool:
+        """Whether the function takes a run context (a ``ctx`` parameter the worker fills)."""
+        param = context_parameter(self.fn)
+        if param is None:
+            return False
+        if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            raise ConfigurationError(
+                f"task {self.name!r}: the run context parameter `ctx` must be a plain or "
+                "keyword-only parameter (the worker passes it by name)"
+            )
+        if self.isolation == "process":
+            raise ConfigurationError(
+                f"task {self.name!r}: isolation='process' cannot take a run context (`ctx`); "
+                "drop the `ctx` parameter or use isolation='thread' or 'async'"
+            )
+        return True
+
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
+
+    def policy_fields(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], namespace: str
+    ) -> dict[str, Any]:
+        """The route and limit fields of one call's :class:`NewRun` (route, route_key,
+        route_labels, route_order, limit_key/limit_max, rate_key/rate_max/rate_period)."""
+        return self.policy.fields(args, kwargs, namespace)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R | Awaitable[R]:
         """Call the function here and now, without a run (handy in tests)."""
@@ -112,11 +160,15 @@ class Task(Generic[P, R]):
         queue: str | None = None,
         idempotency_key: str | None = None,
         namespace: str | None = None,
+        policy: TaskPolicy | None = None,
+        fanout: FanOut | None = None,
     ) -> NewRun:
         """Validate one call and its options into a :class:`NewRun`, or raise saying why.
 
         The run belongs to the app's namespace unless ``namespace`` names another (a
-        subscription's task target defers into the subscription's namespace)."""
+        subscription's task target defers into the subscription's namespace). Its route and
+        limits are the task's (``policy`` replaces them for one defer, see :meth:`using`);
+        ``fanout`` makes it a parent of broadcast or shard children."""
         args_json, kwargs_json = encode_call(
             self.signature,
             self.name,
@@ -124,6 +176,8 @@ class Task(Generic[P, R]):
             kwargs,
             max_bytes=self.app.settings.max_payload_bytes,
         )
+        namespace = self.app.namespace if namespace is None else namespace
+        fields = (policy or self.policy).fields(args, kwargs, namespace)
         return NewRun(
             task=self.name,
             queue=self.queue if queue is None else check_queue(queue),
@@ -134,7 +188,9 @@ class Task(Generic[P, R]):
             max_attempts=self.retry.max_attempts,
             timeout=self.timeout,
             idempotency_key=check_key(idempotency_key),
-            namespace=self.app.namespace if namespace is None else namespace,
+            namespace=namespace,
+            fanout=fanout,
+            **fields,
         )
 
     def using(
@@ -145,12 +201,23 @@ class Task(Generic[P, R]):
         priority: int | None = None,
         queue: str | None = None,
         idempotency_key: str | None = None,
+        route: str | None = None,
+        route_key: KeySpec | None = None,
+        labels: Sequence[str] | None = None,
+        failover: Sequence[str] | None = None,
+        broadcast: bool | Sequence[str] | None = None,
+        shards: int | None = None,
     ) -> Deferral:
         """Options for one defer, kept apart from the task's own arguments.
 
         ``task.using(queue="bulk").defer(queue="a-task-argument")`` passes ``queue`` to the
         task; ``task.defer(..., queue="bulk")`` is the short form when names do not clash.
+        ``route``, ``route_key``, ``labels`` and ``failover`` replace the task's for this
+        defer; ``broadcast`` (True, or labels) or ``shards`` (a count) fan the run out.
         """
+        policy = self.policy.with_routing(
+            route=route, route_key=route_key, labels=labels, failover=failover
+        )
         return Deferral(
             self,
             delay=delay,
@@ -158,6 +225,8 @@ class Task(Generic[P, R]):
             priority=priority,
             queue=queue,
             idempotency_key=idempotency_key,
+            policy=None if policy is self.policy else policy,
+            fanout=check_fanout(broadcast, shards),
         )
 
     async def defer_async(
@@ -168,6 +237,8 @@ class Task(Generic[P, R]):
         priority: int | None = None,
         queue: str | None = None,
         idempotency_key: str | None = None,
+        broadcast: bool | Sequence[str] | None = None,
+        shards: int | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """Create a run of this task; it is durable when this returns.
@@ -175,9 +246,16 @@ class Task(Generic[P, R]):
         The hot path goes to the store directly, not through the runs service (which would add
         an audit write per run), but :meth:`prepare` checks every value with the very
         validators the service uses, so a defer is refused the same way from Python, the CLI
-        and the HTTP API."""
+        and the HTTP API. ``broadcast`` (True, or a list of labels) makes the run a parent
+        with one child per live worker that knows the task; ``shards=N`` one with N children."""
         options = self.using(
-            delay=delay, eta=eta, priority=priority, queue=queue, idempotency_key=idempotency_key
+            delay=delay,
+            eta=eta,
+            priority=priority,
+            queue=queue,
+            idempotency_key=idempotency_key,
+            broadcast=broadcast,
+            shards=shards,
         )
         return await options.defer_async(*args, **kwargs)
 
@@ -189,11 +267,19 @@ class Task(Generic[P, R]):
         priority: int | None = None,
         queue: str | None = None,
         idempotency_key: str | None = None,
+        broadcast: bool | Sequence[str] | None = None,
+        shards: int | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """Create a run of this task (blocking); returns a handle with ``.id``."""
         options = self.using(
-            delay=delay, eta=eta, priority=priority, queue=queue, idempotency_key=idempotency_key
+            delay=delay,
+            eta=eta,
+            priority=priority,
+            queue=queue,
+            idempotency_key=idempotency_key,
+            broadcast=broadcast,
+            shards=shards,
         )
         return options.defer(*args, **kwargs)
 
@@ -205,6 +291,8 @@ class Task(Generic[P, R]):
         eta: datetime | float | None = None,
         priority: int | None = None,
         queue: str | None = None,
+        broadcast: bool | Sequence[str] | None = None,
+        shards: int | None = None,
     ) -> list[RunHandle]:
         """Create many runs in one transaction: all of them, or none if one is refused.
 
@@ -215,6 +303,7 @@ class Task(Generic[P, R]):
             raise InvalidArgumentError(
                 f"defer_many takes a list of calls, got {type(calls).__name__}"
             )
+        fanout = check_fanout(broadcast, shards)
         now = self.app.clock.now()
         news = []
         for index, item in enumerate(calls):
@@ -230,6 +319,7 @@ class Task(Generic[P, R]):
                         priority=priority,
                         queue=queue,
                         idempotency_key=call.idempotency_key,
+                        fanout=fanout,
                     )
                 )
             except CronbusError as exc:
@@ -248,10 +338,20 @@ class Task(Generic[P, R]):
         eta: datetime | float | None = None,
         priority: int | None = None,
         queue: str | None = None,
+        broadcast: bool | Sequence[str] | None = None,
+        shards: int | None = None,
     ) -> list[RunHandle]:
         """Create many runs in one transaction (blocking)."""
         return self.app.blocking(
-            self.defer_many_async(calls, delay=delay, eta=eta, priority=priority, queue=queue)
+            self.defer_many_async(
+                calls,
+                delay=delay,
+                eta=eta,
+                priority=priority,
+                queue=queue,
+                broadcast=broadcast,
+                shards=shards,
+            )
         )
 
 
@@ -295,13 +395,13 @@ def _as_call(item: Call | Sequence[Any] | Mapping[str, Any]) -> Call:
 
 
 @contextlib.contextmanager
-def configuring() -> Iterator[None]:
+def configuring(prefix: str = "") -> Iterator[None]:
     """Report a bad option of a definition (a task, a job) as a :class:`ConfigurationError`:
-    it is fixed in the code, not in one call."""
+    it is fixed in the code, not in one call. ``prefix`` (``"task 'x': "``) says whose."""
     try:
         yield
     except InvalidArgumentError as exc:
-        raise ConfigurationError(str(exc)) from None
+        raise ConfigurationError(f"{prefix}{exc}") from None
 
 
 def resolve_eta(now: float, delay: float | None, eta: datetime | float | None) -> float:

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from ..errors import CronbusError
+from ..job_specs import SHARDS_LIMIT
 from ..model import Misfire, Overlap
 from ..serialization import parse_json
 from ..validation import shorten
@@ -136,6 +137,19 @@ _DEFINITION_OPTIONS = (
     click.option("--queue", metavar="QUEUE", help="Queue of the runs [the task's]."),
     click.option("--priority", type=int, metavar="N", help="Priority of the runs [the task's]."),
     click.option("--paused", is_flag=True, help="Store the job paused: it fires once resumed."),
+    click.option(
+        "--broadcast/--no-broadcast",
+        default=None,
+        help="Each fire is a parent run with one child per live worker that knows the task "
+        "(--no-broadcast: one run per fire again).",
+    ),
+    click.option(
+        "--shards",
+        type=click.IntRange(0, SHARDS_LIMIT),
+        metavar="N",
+        help="Each fire is a parent run with N children, each told its shard index and N "
+        "(0: no shards, one run per fire).",
+    ),
 )
 
 
@@ -149,9 +163,15 @@ def definition_options(fn: FC) -> FC:
 def job_options(given: Mapping[str, Any]) -> dict[str, Any]:
     """The options given on the command line, as ``Jobs.add``/``Jobs.update`` take them.
 
-    Options that were not given (None, an empty repeatable, a flag left off) are left out.
+    Options that were not given (None, an empty repeatable, a flag left off) are left out;
+    ``--no-broadcast`` and ``--shards 0`` are given, as the fan-out turned off.
     """
     chosen = [kind for kind in TRIGGERS if given[kind] is not None]
     if len(chosen) > 1:
         raise click.UsageError(f"give one trigger, not {' and '.join(f'--{k}' for k in chosen)}")
-    return {k: v for k, v in given.items() if v is not None and v != () and v is not False}
+    options = {k: v for k, v in given.items() if v is not None and v != () and v is not False}
+    if given.get("broadcast") is False:
+        options["broadcast"] = False
+    if given.get("shards") == 0:
+        options["shards"] = None
+    return options

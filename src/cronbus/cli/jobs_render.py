@@ -91,6 +91,8 @@ def job_json(job: Job) -> dict[str, Any]:
         "calendars": list(spec.calendars),
         "source": spec.source,
         "paused": spec.paused,
+        "broadcast": spec.broadcast,
+        "shards": spec.shards,
         "enabled": job.enabled,
         "created_at": render.iso(job.created_at),
         "updated_at": render.iso(job.updated_at),
@@ -139,6 +141,7 @@ def job_fields(job: Job) -> Table:
         ("args", spec.args_json),
         ("kwargs", spec.kwargs_json),
         ("children", ", ".join(spec.children)),
+        ("fan-out", _fanout(job)),
         ("calendars", ", ".join(spec.calendars)),
         ("source", spec.source),
         ("created", render.human_time(job.created_at)),
@@ -151,6 +154,15 @@ def job_fields(job: Job) -> Table:
         if value:
             grid.add_row(label, value)
     return grid
+
+
+def _fanout(job: Job) -> str:
+    """What each fire of a fan-out job makes: a child per live worker, or N shards."""
+    if job.spec.broadcast:
+        return "broadcast: one child run per live worker that knows the task"
+    if job.spec.shards is not None:
+        return f"{job.spec.shards} shards: one child run per shard"
+    return ""
 
 
 def describe(job: Job) -> str:

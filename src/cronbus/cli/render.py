@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
-from rich.console import Console, JustifyMethod
+from rich.console import Console, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..model import Attempt, ErrorInfo, Run
+from ..model import Attempt, Children, ErrorInfo, Run
 from ..states import AttemptOutcome, RunState
 
 _STATE_STYLES = {
@@ -31,6 +31,7 @@ _STATE_STYLES = {
     RunState.CANCELLED: "dim",
     RunState.DEAD: "bold red",
     RunState.SKIPPED: "dim",
+    RunState.WAITING: "magenta",
 }
 _OUTCOME_STYLES = {
     AttemptOutcome.SUCCEEDED: "green",
@@ -100,6 +101,29 @@ def run_json(run: Run) -> dict[str, Any]:
         "finished_at": iso(run.finished_at),
         "lease_owner": run.lease_owner,
         "lease_expires": iso(run.lease_expires),
+        "route": run.route,
+        "route_labels": list(run.route_labels),
+        "target_worker": run.target_worker,
+        "limit_key": run.limit_key,
+        "rate_key": run.rate_key,
+        "parent_id": run.parent_id,
+        "child_index": run.child_index,
+        "shard_total": run.shard_total,
+        "fanout": fanout_json(run.children),
+    }
+
+
+def fanout_json(children: Children | None) -> dict[str, Any] | None:
+    """A fan-out parent's counters as a JSON object (None: the run is no parent)."""
+    if children is None:
+        return None
+    return {
+        "kind": children.kind.value,
+        "total": children.total,
+        "ended": children.ended,
+        "succeeded": children.succeeded,
+        "reduce_run_id": children.reduce_run_id,
+        "note": children.note,
     }
 
 
@@ -120,13 +144,18 @@ def attempt_json(attempt: Attempt) -> dict[str, Any]:
 
 
 def run_detail_json(
-    run: Run, attempts: Sequence[Attempt], warnings: Sequence[str] = ()
+    run: Run,
+    attempts: Sequence[Attempt],
+    warnings: Sequence[str] = (),
+    children: Sequence[Run] = (),
 ) -> dict[str, Any]:
-    """A run with its attempts, oldest first, and what may keep it from running."""
+    """A run with its attempts, oldest first, why it waits, and (a parent) its first
+    children by index."""
     return {
         **run_json(run),
         "attempts": [attempt_json(a) for a in attempts],
         "warnings": list(warnings),
+        "children": [run_json(child) for child in children],
     }
 
 
@@ -170,14 +199,26 @@ def print_dead(runs: Sequence[Run]) -> None:
     console().print(table)
 
 
-def print_run(run: Run, attempts: Sequence[Attempt], warnings: Sequence[str] = ()) -> None:
-    """A run's fields (after ``warnings``: what may keep it from running), its attempts, and
-    then each attempt's traceback and logs in full."""
+def print_run(
+    run: Run,
+    attempts: Sequence[Attempt],
+    warnings: Sequence[str] = (),
+    section: RenderableType | None = None,
+) -> None:
+    """A run's fields (after ``warnings``: why it waits), ``section`` (a parent's children),
+    its attempts, and then each attempt's traceback and logs in full."""
     out = console()
     out.print(Text.assemble(f"run {run.id}  ", (run.task, "bold"), "  ", state_text(run.state)))
     for warning in warnings:
-        out.print(Text(f"warning: {warning}", style="yellow"))
+        # A parent waits for its children by design; a run waiting for a worker is a warning.
+        if run.state is RunState.WAITING:
+            out.print(Text(warning, style="magenta"))
+        else:
+            out.print(Text(f"warning: {warning}", style="yellow"))
     out.print(_run_fields(run, attempts))
+    if section is not None:
+        out.print()
+        out.print(section)
     if not attempts:
         out.print("no attempts yet")
         return
@@ -208,11 +249,28 @@ def _run_fields(run: Run, attempts: Sequence[Attempt]) -> Table:
         ("idempotency key", run.idempotency_key),
         ("worker", run.lease_owner),
         ("error", _error_line(run.error)),
+        ("route", None if run.route == "any" else run.route),
+        ("target worker", run.target_worker),
+        ("labels", ", ".join(run.route_labels)),
+        ("limit key", run.limit_key),
+        ("rate key", run.rate_key),
+        ("parent", parent_text(run)),
     ]
     rows.extend((name, value) for name, value in optional if value)
     for name, value in rows:
         grid.add_row(name, value)
     return grid
+
+
+def parent_text(run: Run) -> str | None:
+    """A child's parent and place: ``12 (index 3 of 10)``, ``12 (reduce run)``; None for a
+    run with no parent."""
+    if run.parent_id is None:
+        return None
+    if run.child_index is None:
+        return f"{run.parent_id} (its reduce run)"
+    total = "" if run.shard_total is None else f" of {run.shard_total}"
+    return f"{run.parent_id} (index {run.child_index}{total})"
 
 
 def attempts_text(run: Run, attempts: Sequence[Attempt]) -> str:

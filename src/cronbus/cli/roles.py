@@ -87,7 +87,8 @@ def _role_options(fn: FC) -> FC:
             "--labels",
             metavar="LABEL,...",
             default="",
-            help="Labels of this worker, shown by `cronbus workers list` (e.g. gpu,eu-west).",
+            help="Labels of this worker (e.g. gpu,eu-west), registered with it: runs that "
+            "need labels (a task's labels=, a broadcast's) go only to workers carrying them all.",
         ),
         click.option(
             "--log-level",

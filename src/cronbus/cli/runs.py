@@ -21,6 +21,7 @@ from ..states import RunState
 from . import render
 from .connect import AnyServices, Where, collect, run_services, where_options
 from .loading import CronbusGroup, parse_states
+from .runs_render import children_section, children_summary, children_table
 
 _json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document instead of a table."
@@ -88,9 +89,56 @@ def show_run(run_id: int, where: Where, as_json: bool) -> None:
     """Show one run with its attempts: outcome, worker, times, errors, tracebacks and logs."""
     detail: RunDetail = run_services(where, lambda services: services.runs.show(run_id))
     if as_json:
-        render.print_json(render.run_detail_json(detail.run, detail.attempts, detail.waiting))
+        render.print_json(
+            render.run_detail_json(detail.run, detail.attempts, detail.waiting, detail.children)
+        )
     else:
-        render.print_run(detail.run, detail.attempts, detail.waiting)
+        section = children_section(detail.run, detail.children)
+        render.print_run(detail.run, detail.attempts, detail.waiting, section)
+
+
+@runs.command("children")
+@click.argument("run_id", metavar="ID", type=int)
+@click.option(
+    "--after",
+    type=click.IntRange(min=-1),
+    metavar="INDEX",
+    help="Only children whose index is above this one (paging).",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Show at most this many children, by index.",
+)
+@where_options()
+@_json_option
+def list_children(run_id: int, after: int | None, limit: int, where: Where, as_json: bool) -> None:
+    """List the children of a fan-out parent run by index (shard index, map item index or
+    broadcast ordinal), its reduce run last."""
+
+    async def read(services: AnyServices) -> tuple[Run, list[Run]]:
+        parent = await services.runs.get(run_id)
+        start = None if after is None else encode_cursor({"i": after})
+        found = await collect(
+            lambda n, c: services.runs.children(run_id, limit=n, cursor=c), limit, start
+        )
+        return parent, found
+
+    parent, found = run_services(where, read)
+    if as_json:
+        render.print_json([render.run_json(child) for child in found])
+        return
+    out = render.console()
+    if parent.children is None:
+        click.echo(f"run {run_id} has no children (it is not a fan-out parent)")
+        return
+    out.print(children_summary(parent.children))
+    if found:
+        out.print(children_table(found))
+    else:
+        click.echo("no children" + ("" if after is None else f" after index {after}"))
 
 
 @runs.command("cancel")

@@ -27,7 +27,7 @@ from ..fairness import EVERY_QUEUE
 from ..model import Run, WorkerState
 from ..services import WorkerView
 from . import render
-from .connect import Where, run_services, where_options
+from .connect import AnyServices, Where, run_services, where_options
 from .loading import CliError, CronbusGroup, parse_states
 
 _STATE_STYLES = {
@@ -98,10 +98,16 @@ def list_workers(
 
     Stopped workers (which drained and deregistered) are left out unless --all or
     --state stopped asks for them. QUEUES shows * for a worker serving every queue (one
-    started without --queues).
+    started without --queues). Then a line for each task whose queued runs no live worker
+    knows: they wait until a worker with that task in its code starts.
     """
-    # Every worker is read, stopped ones too, to say how many the listing leaves out.
-    seen = run_services(where, lambda services: services.workers.list(include_stopped=True))
+
+    async def read(services: AnyServices) -> tuple[list[WorkerView], list[str]]:
+        # Every worker is read, stopped ones too, to say how many the listing leaves out.
+        found = await services.workers.list(include_stopped=True)
+        return found, await services.workers.unknown_tasks()
+
+    seen, unknown = run_services(where, read)
     hidden = sum(1 for s in seen if s.worker.state is WorkerState.STOPPED)
     if states:
         seen = [s for s in seen if s.worker.state in states]
@@ -111,11 +117,14 @@ def list_workers(
         hidden = 0
     if as_json:
         render.print_json([worker_json(s) for s in seen])
-    elif not seen:
+        return
+    if not seen:
         note = f" ({hidden} stopped: --all shows them)" if hidden and not states else ""
         click.echo(f"no workers{note}")
     else:
         _print_workers(seen)
+    for task in unknown:
+        render.console().print(Text(f"no worker knows task {task} (runs waiting)", style="yellow"))
 
 
 @workers.command("show")

@@ -47,13 +47,13 @@ class RemoteServices:
         self.namespace = namespace
         self.http = Transport(url, token, namespace, transport=transport)
         self.runs = RemoteRuns(self.http)
-        """Runs: list, show, cancel, retry, defer."""
+        """Runs: list, show, children, cancel, retry, defer."""
         self.jobs = RemoteJobs(self.http)
         """Jobs: list, get, create, update, delete, pause, resume, trigger, next_fires."""
         self.dead_letters = RemoteDeadLetters(self.http)
         """Dead runs and deliveries: list, requeue, purge."""
         self.workers = RemoteWorkers(self.http)
-        """Workers: list, get, drain (prune works on the store only)."""
+        """Workers: list, get, drain, unknown_tasks (prune works on the store only)."""
         self.topics = RemoteTopics(self.http)
         """Topics: list, get, publish, read, set_retention."""
         self.subscriptions = RemoteSubscriptions(self.http)

@@ -1,4 +1,5 @@
-"""``/v1/runs`` as the runs service's methods: list, get, show, cancel, retry, defer."""
+"""``/v1/runs`` as the runs service's methods: list, get, show, children, cancel, retry,
+defer."""
 
 from __future__ import annotations
 
@@ -45,6 +46,17 @@ class RemoteRuns:
     async def show(self, run_id: int) -> RunDetail:
         """A run with its attempts, the runs it spawned, and why it may wait for ever."""
         return decode(RunDetail, await self._http.get(f"/v1/runs/{int(run_id)}"))
+
+    async def children(
+        self,
+        run_id: int,
+        after_index: int | None = None,
+        limit: int = DEFAULT_LIMIT,
+        cursor: str | None = None,
+    ) -> Page[Run]:
+        """A parent's children by index, its reduce run last, a page at a time."""
+        params = {"after": after_index, "limit": limit, "cursor": cursor}
+        return page(Run, await self._http.get(f"/v1/runs/{int(run_id)}/children", params))
 
     async def cancel(self, run_id: int) -> Run:
         """Cancel a run (``cancelled``, or ``cancelling`` while its worker stops it)."""

@@ -1,4 +1,5 @@
-"""``/v1/workers`` as the workers service's methods: list, get, drain (prune is not served)."""
+"""``/v1/workers`` as the workers service's methods: list, get, drain, unknown_tasks (prune is
+not served)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ class RemoteWorkers:
     async def drain(self, worker_id: str) -> WorkerView:
         """Ask a worker to drain at its next heartbeat."""
         return decode(WorkerView, await self._http.post(_path(worker_id) + "/drain"))
+
+    async def unknown_tasks(self) -> builtins.list[str]:
+        """Tasks of queued runs that no live worker knows, by name."""
+        return page(str, await self._http.get("/v1/workers/unknown-tasks")).items
 
     async def prune(self, older_than: float = 86_400.0) -> builtins.list[str]:
         """Not served by the API: the registry is shared by every namespace, so its rows are

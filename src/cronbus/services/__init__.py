@@ -115,13 +115,13 @@ class Services:
         context = Context(app, access, self.namespace)
         self.context = context
         self.runs = RunsService(context)
-        """Runs: list, get, show, cancel, retry, defer."""
+        """Runs: list, get, show, children, cancel, retry, defer."""
         self.jobs = JobsService(context)
         """Jobs: list, get, create, update, delete, pause, resume, trigger, next_fires."""
         self.dead_letters = DeadLettersService(context)
         """Dead runs and deliveries: list, requeue, purge."""
         self.workers = WorkersService(context)
-        """Workers: list, get, drain, prune."""
+        """Workers: list, get, drain, prune, unknown_tasks."""
         self.topics = TopicsService(context)
         """Topics: list, get, publish, read, set_retention."""
         self.subscriptions = SubscriptionsService(context)

@@ -1,8 +1,9 @@
-"""Runs: list with filters, show with attempts and hints, cancel, retry, defer.
+"""Runs: list with filters, show with attempts, children and hints, page through a parent's
+children, cancel, retry, defer.
 
 The rules the front ends used to hold live here: which runs may be cancelled or retried and
-what the refusal says, and why a waiting run may wait for ever (no live worker of its namespace
-serves its queue, or none knows its task).
+what the refusal says, and why a run waits (:mod:`.waiting`: no live worker of its namespace
+serves its queue or knows its task, its target worker is gone, its limits, its children).
 """
 
 from __future__ import annotations
@@ -20,21 +21,25 @@ from ..errors import (
     JobNotFoundError,
     RunNotFoundError,
 )
-from ..fairness import serves
 from ..job_specs import check_job_name
-from ..model import Run, RunFilter, WorkerInfo, WorkerState
-from ..states import RunEvent, RunState, sources
+from ..model import Run, RunFilter
+from ..states import ACTIVE, RunEvent, RunState, sources
 from ..task import check_key, check_priority, check_queue, resolve_eta
 from ..validation import check_label, check_time, shorten
-from .context import Context, check_id, naming
+from .context import ID_LIMIT, Context, check_id, naming
 from .pages import DEFAULT_LIMIT, Page, check_limit, decode_cursor, page_of
 from .views import DeferResult, RunDetail, RunQuery
+from .waiting import PENDING, Limits, explain
 
-WAITING = sources(RunEvent.CLAIM) | sources(RunEvent.DUE)
-"""States of a run that waits for a worker: queued, or scheduled for later."""
 RETRYABLE = sources(RunEvent.REQUEUE)
 """States a run can be retried from (dead, cancelled)."""
+CHILDREN_SHOWN = 20
+"""Children a run's detail holds (the first by index); :meth:`RunsService.children` pages."""
 _CURSOR = {"b": int}
+_CHILD_CURSOR = {"i": int}
+_COUNT_PAGE = 500
+_COUNT_MOST = 5_000
+"""The most active runs read to count a concurrency key's (a limit is far below it)."""
 
 
 def check_run_id(run_id: object, field: str = "run_id") -> int:
@@ -113,55 +118,93 @@ class RunsService:
         return run
 
     async def show(self, run_id: int) -> RunDetail:
-        """A run with its attempts, the runs it spawned, and why it may wait for ever."""
+        """A run with its attempts, its first children (a fan-out parent: by index, up to
+        :data:`CHILDREN_SHOWN`; :meth:`children` pages through all), and why it waits."""
         self._c.read()
         run = await self._get(run_id)
         attempts = await self._c.store.list_attempts(run.id)
         return RunDetail(
             run=run,
             attempts=attempts,
-            children=await self._children(run),
+            children=await self._first_children(run),
             waiting=await self.waiting(run),
         )
 
-    async def _children(self, run: Run) -> builtins.list[Run]:
-        # Parent runs (fan-out, map) come with issue 11; until the filter knows a parent, a
-        # run has no children to show.
-        if "parent_id" not in RunFilter.__dataclass_fields__:
-            return []
-        parent: dict[str, Any] = {"parent_id": run.id}
-        wanted = RunFilter(namespace=self._c.namespace, limit=1000, **parent)
-        return list(reversed(await self._c.store.list_runs(wanted)))
+    async def _first_children(self, run: Run) -> builtins.list[Run]:
+        if run.children is None:
+            return []  # not a fan-out parent: no fanouts row, no children
+        return await self._c.store.list_children(run.id, None, CHILDREN_SHOWN)
+
+    async def children(
+        self,
+        run_id: int,
+        after_index: int | None = None,
+        limit: int = DEFAULT_LIMIT,
+        cursor: str | None = None,
+    ) -> Page[Run]:
+        """A parent's children by index (shard index, map item index or broadcast ordinal),
+        the reduce run (which has no index) last, a page at a time: after ``after_index``, or
+        from ``cursor`` (the ``next`` of the previous page). A run of another namespace is not
+        found; a run that is no parent has no children (an empty page)."""
+        self._c.read()
+        limit = check_limit(limit)
+        start = _child_start(after_index, cursor)
+        run = await self._get(run_id)
+        found = await self._c.store.list_children(run.id, start, limit + 1)
+        return page_of(found, limit, _child_position)
 
     async def waiting(self, run: Run) -> builtins.list[str]:
-        """Why a waiting run may wait for ever: no live worker of its namespace serves its
-        queue, or none of those that do knows its task.
+        """Why a run waits (:func:`~.waiting.explain`): no live worker of its namespace serves
+        its queue, knows its task or carries its labels; it is pinned to a worker, alive or
+        gone; it is at its concurrency limit or under a rate; or, a fan-out parent, it waits
+        for its children. Empty for a run that waits for nothing in particular.
 
         Checked when a run is shown rather than at ``defer``, where reading the workers would
         cost every call. A worker is live when the registry has it alive with a heartbeat
-        within the lease (``CRONBUS_LEASE_SECONDS``); a draining one claims nothing more.
+        within its lease; a draining one claims nothing more.
         """
         self._c.read()
-        if run.state not in WAITING:
-            return []
+        if run.state not in PENDING:
+            return explain(run, [], self._c.now())
+        now = self._c.now()
         workers = await self._c.store.list_workers(
-            self._c.now(), self._c.settings.lease_seconds, namespace=run.namespace
+            now, self._c.settings.lease_seconds, namespace=run.namespace
         )
-        serving = [w for w in workers if _live(w, run.namespace) and serves(w.queues, run.queue)]
-        if not serving:
-            return [
-                f"no live worker serves queue {run.queue!r}"
-                + ("" if run.namespace == "default" else f" in namespace {run.namespace!r}")
-                + "; the run waits until one does (a worker started without --queues serves "
-                "every queue)"
-            ]
-        # Workers of older versions register no task list: they may know it, so no warning.
-        if all(w.tasks and run.task not in w.tasks for w in serving):
-            return [
-                f"no live worker serving queue {run.queue!r} knows task {run.task!r}; the run "
-                "waits until one with that task in its code does"
-            ]
-        return []
+        return explain(run, workers, now, await self._limits(run, now))
+
+    async def _limits(self, run: Run, now: float) -> Limits:
+        """The run's limits as far as the store tells them, with the count of active runs
+        under its concurrency key when it is due and has one."""
+        # Run records carry the keys; the sizes only when the store gives them (it may not).
+        limit_max = _optional_int(run, "limit_max")
+        known = Limits(
+            limit_max=limit_max,
+            rate_max=_optional_int(run, "rate_max"),
+            rate_period=_optional_float(run, "rate_period"),
+        )
+        if run.limit_key is None or run.eta > now:
+            return known
+        return replace(known, running=await self._active(run, limit_max))
+
+    async def _active(self, run: Run, enough: int | None) -> int:
+        """Runs of the run's concurrency key running or cancelling now (counted up to
+        ``enough`` when known, else up to :data:`_COUNT_MOST`). A key is built from the
+        namespace and the task, so only the task's active runs are read."""
+        count, before = 0, None
+        for _ in range(_COUNT_MOST // _COUNT_PAGE):
+            wanted = RunFilter(
+                states=tuple(ACTIVE),
+                task=run.task,
+                namespace=run.namespace,
+                limit=_COUNT_PAGE,
+                before_id=before,
+            )
+            found = await self._c.store.list_runs(wanted)
+            count += sum(1 for r in found if r.limit_key == run.limit_key)
+            if len(found) < _COUNT_PAGE or (enough is not None and count >= enough):
+                break
+            before = found[-1].id
+        return count
 
     async def cancel(self, run_id: int) -> Run:
         """Cancel a run: at once if it waits (``cancelled``), or ask its worker to stop it if
@@ -259,8 +302,45 @@ def retryable_states() -> str:
     return " or ".join(sorted(s.value for s in RETRYABLE))
 
 
-def _live(worker: WorkerInfo, namespace: str) -> bool:
-    return worker.state is WorkerState.ALIVE and worker.namespace == namespace
+def _child_start(after_index: object, cursor: str | None) -> int | None:
+    """Where a page of children starts: after ``after_index`` or at ``cursor``, not both."""
+    if cursor is not None:
+        if after_index is not None:
+            raise InvalidArgumentError(
+                "give after or cursor, not both: the cursor already says where the page starts",
+                field="cursor",
+            )
+        index: int = decode_cursor(cursor, _CHILD_CURSOR)["i"]
+        return index
+    if after_index is None:
+        return None
+    if isinstance(after_index, bool) or not isinstance(after_index, int):
+        raise InvalidArgumentError(
+            f"after must be a child index (a whole number), got {shorten(after_index)}",
+            field="after",
+        )
+    if not -1 <= after_index <= ID_LIMIT:
+        raise InvalidArgumentError(
+            f"after must be a child index from -1 to {ID_LIMIT}, got {after_index}",
+            field="after",
+        )
+    return after_index
+
+
+def _child_position(run: Run) -> dict[str, int]:
+    # The reduce run has no index but comes last, so no page ends before it with more to read.
+    return {"i": run.child_index if run.child_index is not None else ID_LIMIT}
+
+
+def _optional_int(run: Run, name: str) -> int | None:
+    """A limit's size from the run record, when the record has the field."""
+    value = getattr(run, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _optional_float(run: Run, name: str) -> float | None:
+    value = getattr(run, name, None)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _time(value: float | None, field: str) -> float | None:

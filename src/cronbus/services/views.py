@@ -34,8 +34,10 @@ class RunQuery:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunDetail:
-    """One run with its attempts (oldest first, with their errors and logs), the runs it
-    spawned, and why it may wait for ever (``waiting``: no live worker serves its queue...)."""
+    """One run with its attempts (oldest first, with their errors and logs), its first
+    children when it is a fan-out parent (by index, at most 20: page through them all with
+    ``children``), and why it waits (``waiting``: no live worker serves its queue, it is
+    pinned to a worker, at its concurrency limit, waiting for its children...)."""
 
     run: Run
     attempts: list[Attempt] = field(default_factory=list)

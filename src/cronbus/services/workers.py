@@ -1,4 +1,5 @@
-"""Workers: list them with the runs they hold, show one, ask one to drain, prune old rows.
+"""Workers: list them with the runs they hold, show one, ask one to drain, prune old rows, and
+name the tasks whose queued runs no live worker knows.
 
 A worker's state is what the registry says (``alive``, ``draining``, ``stopped``), except that
 one silent for longer than a lease (``CRONBUS_LEASE_SECONDS``) is ``lost``. Stopped workers
@@ -118,6 +119,13 @@ class WorkersService:
             )
             for worker in found
         ]
+
+    async def unknown_tasks(self) -> builtins.list[str]:
+        """Tasks of the namespace's queued runs that no live worker knows, by name: such runs
+        wait (never dead-lettered) until a worker whose code registers the task starts, as
+        in a rolling deploy."""
+        self._c.read()
+        return sorted(await self._c.store.unknown_tasks(self._c.now(), self._c.namespace))
 
     async def live(self) -> builtins.list[WorkerInfo]:
         """The namespace's live workers (alive, heartbeat within the lease)."""

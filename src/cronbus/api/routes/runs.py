@@ -1,5 +1,5 @@
-"""``/v1/runs``: list with filters, show with attempts (their logs) and children, cancel,
-retry, and defer a new run of a task."""
+"""``/v1/runs``: list with filters, show with attempts (their logs), children and why it waits,
+page through a fan-out parent's children, cancel, retry, and defer a new run of a task."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ...states import RunState
 from ..auth import Caller
 from ..pagination import LIMIT_DEFAULT, Cursor, Limit, PageOut, page_body
 from ..problems import responses
-from .common import RunId, router
+from .common import ID_LIMIT, RunId, router
 
 runs = router("runs")
 
@@ -97,6 +97,34 @@ async def defer(body: DeferRequest, response: Response, services: Caller) -> Def
 async def show_run(run_id: RunId, services: Caller) -> RunDetail:
     """A run with its attempts (errors and logs), its children, and why it may wait."""
     return await services.runs.show(run_id)
+
+
+@runs.get(
+    "/runs/{run_id}/children",
+    summary="List a run's children",
+    response_model=PageOut[Run],
+    responses=responses(404),
+)
+async def list_children(
+    request: Request,
+    response: Response,
+    run_id: RunId,
+    services: Caller,
+    after: Annotated[
+        int | None,
+        Query(
+            ge=-1,
+            le=ID_LIMIT,
+            description="Children whose index is above this one (the first page: none).",
+        ),
+    ] = None,
+    limit: Limit = LIMIT_DEFAULT,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    """A fan-out parent's children by index (shard index, map item index or broadcast
+    ordinal), its reduce run last; a run that is no parent has none."""
+    page = await services.runs.children(run_id, after, limit=limit, cursor=cursor)
+    return page_body(request, response, page)
 
 
 @runs.post("/runs/{run_id}/cancel", summary="Cancel a run", responses=responses(404, 409))

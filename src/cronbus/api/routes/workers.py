@@ -1,4 +1,5 @@
-"""``/v1/workers``: list with the runs each holds, show one, drain one."""
+"""``/v1/workers``: list with the runs each holds, show one, drain one, and the tasks whose
+queued runs no live worker knows."""
 
 from __future__ import annotations
 
@@ -28,6 +29,19 @@ async def list_workers(
 ) -> dict[str, Any]:
     """Workers of the namespace, newest first (one page: the registry is small)."""
     found = await services.workers.list(tuple(state or ()), include_stopped=include_stopped)
+    return {"items": found, "next": None, "next_cursor": None}
+
+
+@workers.get(
+    "/workers/unknown-tasks",
+    summary="List tasks no live worker knows",
+    response_model=PageOut[str],
+)
+async def unknown_tasks(services: Caller) -> dict[str, Any]:
+    """Tasks of queued runs of the namespace that no live worker knows, by name: those runs
+    wait until a worker whose code registers the task starts (one page: a handful)."""
+    # Declared before /workers/{worker_id}: the path is this listing, not a worker's id.
+    found = await services.workers.unknown_tasks()
     return {"items": found, "next": None, "next_cursor": None}
 
 

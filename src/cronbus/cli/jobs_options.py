@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 import click
 
 from ..errors import CronbusError
-from ..job_specs import SHARDS_LIMIT
 from ..model import Misfire, Overlap
 from ..serialization import parse_json
+from ..task_policy import SHARDS_LIMIT
 from ..validation import shorten
 
 FC = TypeVar("FC", bound=Callable[..., Any])

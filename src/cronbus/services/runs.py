@@ -173,18 +173,28 @@ class RunsService:
         return explain(run, workers, now, await self._limits(run, now))
 
     async def _limits(self, run: Run, now: float) -> Limits:
-        """The run's limits as far as the store tells them, with the count of active runs
-        under its concurrency key when it is due and has one."""
-        # Run records carry the keys; the sizes only when the store gives them (it may not).
-        limit_max = _optional_int(run, "limit_max")
-        known = Limits(
-            limit_max=limit_max,
-            rate_max=_optional_int(run, "rate_max"),
-            rate_period=_optional_float(run, "rate_period"),
-        )
+        """The run's limits as far as they are known, with the count of active runs under
+        its concurrency key when it is due and has one."""
+        known = self._sizes(run)
         if run.limit_key is None or run.eta > now:
             return known
-        return replace(known, running=await self._active(run, limit_max))
+        return replace(known, running=await self._active(run, known.limit_max))
+
+    def _sizes(self, run: Run) -> Limits:
+        """The sizes of the run's limits: from the run record when it holds them, else from
+        the task's policy when this app registers the task (its keys came from it: ``using``
+        changes routing only); unknown otherwise."""
+        limit_max = _optional_int(run, "limit_max")
+        rate_max = _optional_int(run, "rate_max")
+        rate_period = _optional_float(run, "rate_period")
+        task = self._c.app.tasks.get(run.task)
+        if task is not None:
+            policy = task.policy.limits
+            if limit_max is None and run.limit_key is not None:
+                limit_max = policy.concurrency or 1  # a key without a number means one
+            if rate_max is None and run.rate_key is not None and policy.rate is not None:
+                rate_max, rate_period = policy.rate.max, policy.rate.period
+        return Limits(limit_max=limit_max, rate_max=rate_max, rate_period=rate_period)
 
     async def _active(self, run: Run, enough: int | None) -> int:
         """Runs of the run's concurrency key running or cancelling now (counted up to
@@ -283,8 +293,8 @@ class RunsService:
                 priority=priority,
                 queue=queue,
                 idempotency_key=idempotency_key,
+                namespace=self._c.namespace,  # limit keys are built with the namespace
             )
-        new = replace(new, namespace=self._c.namespace)
         (done,) = await self._c.store.defer([new], self._c.now())
         run = await self._c.store.get_run(done.id)
         if run.namespace != self._c.namespace:

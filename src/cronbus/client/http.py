@@ -11,7 +11,11 @@ same way, with the same words.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import types
+import typing
 import uuid
+from collections import abc
 from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
@@ -142,7 +146,7 @@ def decode_list(kind: type[T], value: Any) -> list[T]:
 
 def _checked(kind: Any, value: Any) -> Any:
     try:
-        return _adapter(kind).validate_python(value)
+        return _tupled(_adapter(kind).validate_python(value))
     except ValidationError as exc:
         # The server speaks another version of the API: say so, not pydantic's page of text.
         name = getattr(kind, "__name__", str(kind))
@@ -153,6 +157,46 @@ def _checked(kind: Any, value: Any) -> Any:
 
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+_SEQUENCE_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def _tupled(value: Any) -> Any:
+    """``value`` with each ``Sequence``-typed field of its records a tuple, as the stores give
+    them (pydantic gives lists), so a remote record equals the local one; records nested in
+    records and lists are done too."""
+    if isinstance(value, list):
+        items = [_tupled(item) for item in value]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value
+    sequences = _sequence_fields(type(value))
+    changes = {}
+    for item in dataclasses.fields(value):
+        old = getattr(value, item.name)
+        new = _tupled(old)
+        if item.name in sequences and isinstance(new, list):
+            new = tuple(new)
+        if new is not old:
+            changes[item.name] = new
+    return dataclasses.replace(value, **changes) if changes else value
+
+
+def _sequence_fields(kind: type) -> frozenset[str]:
+    """The fields of a record type annotated ``Sequence[...]`` (possibly ``| None``)."""
+    found = _SEQUENCE_FIELDS.get(kind)
+    if found is None:
+        hints = typing.get_type_hints(kind)
+        found = frozenset(name for name, hint in hints.items() if _is_sequence(hint))
+        _SEQUENCE_FIELDS[kind] = found
+    return found
+
+
+def _is_sequence(hint: Any) -> bool:
+    if typing.get_origin(hint) is abc.Sequence:
+        return True
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_is_sequence(arg) for arg in typing.get_args(hint))
+    return False
 
 
 def _adapter(kind: Any) -> TypeAdapter[Any]:

@@ -136,8 +136,11 @@ def plan_slots(
     caps = _caps(ordered, concurrency, busy, others)
     quotas = _quotas(ordered, concurrency)
     given = dict.fromkeys(held, 0)
-    left = _fill(ordered, held, given, {n: min(quotas[n], caps[n]) for n in held}, free)
-    _fill(ordered, held, given, caps, left)
+    # Below quota, the quotas weigh: with fewer slots than queues every quota is one, so the
+    # rotation (not the weights) picks who is served and no queue waits more than a round.
+    below = {name: min(quotas[name], caps[name]) for name in held}
+    left = _fill(ordered, quotas, held, given, below, free)
+    _fill(ordered, dict(ordered), held, given, caps, left)
     return [
         QueueShare(name=name, limit=given[name], most=min(free, caps[name] - busy.get(name, 0)))
         for name, _ in ordered
@@ -167,6 +170,7 @@ def _quotas(ordered: list[tuple[str, int]], concurrency: int) -> dict[str, int]:
 
 def _fill(
     ordered: list[tuple[str, int]],
+    weights: Mapping[str, int],
     held: dict[str, int],
     given: dict[str, int],
     bound: Mapping[str, int],
@@ -174,21 +178,22 @@ def _fill(
 ) -> int:
     """Hand out up to ``free`` slots, one at a time, to the queue whose next slot brings it
     least above its weight (D'Hondt), while it holds less than ``bound``; the slots left.
+    Ties go to the queue listed first in ``ordered``.
 
     A heap keeps it O(free log queues): a ``*`` worker may serve many queues."""
     heap = [
-        (Fraction(held[name] + 1, weight), place, name, weight)
-        for place, (name, weight) in enumerate(ordered)
+        (Fraction(held[name] + 1, weights[name]), place, name)
+        for place, (name, _) in enumerate(ordered)
         if held[name] < bound[name]
     ]
     heapq.heapify(heap)
     while free and heap:
-        _, place, name, weight = heapq.heappop(heap)
+        _, place, name = heapq.heappop(heap)
         held[name] += 1
         given[name] += 1
         free -= 1
         if held[name] < bound[name]:
-            heapq.heappush(heap, (Fraction(held[name] + 1, weight), place, name, weight))
+            heapq.heappush(heap, (Fraction(held[name] + 1, weights[name]), place, name))
     return free
 
 

@@ -154,3 +154,20 @@ def test_single_known_queue_gets_everything(
     shares = plan_slots([(name, weight)], concurrency, {name: running}, rotation)
     free = concurrency - running
     assert shares == ([QueueShare(name=name, limit=free, most=free)] if free else [])
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(NAMES), st.integers(1, 9)), min_size=2, unique_by=lambda q: q[0]
+    ),
+    st.data(),
+)
+def test_fewer_slots_than_queues_serves_every_queue_within_a_round(
+    queues: list[tuple[str, int]], data: st.DataObject
+) -> None:
+    concurrency = data.draw(st.integers(1, len(queues) - 1))
+    start = data.draw(st.integers(-50, 50))
+    served = set()
+    for rotation in range(start, start + len(queues)):
+        served |= {s.name for s in plan_slots(queues, concurrency, {}, rotation)}
+    assert served == {name for name, _ in queues}

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .errors import RunFailedError, RunTimeoutError
-from .model import JSON, ErrorInfo, Run
+from .model import JSON, ErrorInfo, FanOutKind, Run
 from .states import RunState
 
 if TYPE_CHECKING:
@@ -123,8 +124,26 @@ class RunHandle:
 
     @property
     def result(self) -> JSON:
-        """The value its last attempt returned (``None`` until one succeeds)."""
-        return self.fetch().result
+        """The value its last attempt returned (``None`` until one succeeds); for a map-reduce
+        parent its reduce run's result, for a broadcast or shards parent ``None`` (the counts
+        are in ``fetch().children``)."""
+        return self._app.blocking(self.result_async())
+
+    async def result_async(self) -> JSON:
+        """:attr:`result`, from async code."""
+        return (await self._resolved(await self.fetch_async())).result
+
+    async def _resolved(self, run: Run) -> Run:
+        """``run`` with the result a fan-out parent answers with (see :attr:`result`)."""
+        children = run.children
+        if children is None:
+            return run
+        if children.kind is not FanOutKind.MAP:
+            return replace(run, result=None)
+        if children.reduce_run_id is None:
+            return run
+        reduce = await (await self._runs()).get(children.reduce_run_id)
+        return replace(run, result=reduce.result)
 
     @property
     def error(self) -> ErrorInfo | None:
@@ -153,16 +172,18 @@ class RunHandle:
     async def wait_async(self, timeout: float | None = None, *, raise_error: bool = True) -> Run:
         """Wait until the run ends (succeeded, dead, cancelled or skipped) and return it.
 
-        A run that ended ``dead`` or ``cancelled`` raises :class:`RunEndedError` (a
-        :class:`~cronbus.errors.RunFailedError` with the error type, message and traceback of
-        its last attempt), unless ``raise_error`` is false. :class:`RunTimeoutError` after
-        ``timeout`` seconds.
+        A fan-out parent ends when its children have (it is ``waiting`` meanwhile); its
+        ``result`` is then as :attr:`result` says. A run that ended ``dead`` or ``cancelled``
+        raises :class:`RunEndedError` (a :class:`~cronbus.errors.RunFailedError` with the
+        error type, message and traceback of its last attempt), unless ``raise_error`` is
+        false. :class:`RunTimeoutError` after ``timeout`` seconds.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = _FIRST_POLL
         while True:
             run = await self.fetch_async()
             if run.state.terminal:
+                run = await self._resolved(run)
                 return check_ended(run) if raise_error else run
             if deadline is not None and time.monotonic() >= deadline:
                 raise RunTimeoutError(

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError, CronbusError, JobNotFoundError
@@ -104,15 +105,20 @@ class Scheduler:
             return False
         await self._refresh_calendars()
         fires: list[Fire] = []
-        invalid: list[tuple[Job, Exception]] = []
+        invalid: list[tuple[Job, Exception, str]] = []
         for job in due:
             try:
-                fires.append(plan(job, self._trigger(job), now))
+                planned = plan(job, self._trigger(job), now)
             except _JOB_FAULTS as exc:
-                invalid.append((job, exc))
+                invalid.append((job, exc, "an invalid trigger"))
+                continue
+            try:
+                fires.append(self._shaped(planned))
+            except _JOB_FAULTS as exc:
+                invalid.append((job, exc, "arguments its task's route or limits cannot use"))
         done = await store.fire(fires, now)
-        for job, fault in invalid:
-            await self._set_aside(job, fault, now)
+        for job, fault, what in invalid:
+            await self._set_aside(job, fault, what, now)
         late = [f for f, ok in zip(fires, done, strict=True) if ok and f.missed]
         if late:
             # One line a pass, not one a job: a backlog must not be fed by its own warnings.
@@ -130,16 +136,25 @@ class Scheduler:
             if ok
         )
 
-    async def _set_aside(self, job: Job, exc: Exception, now: float) -> None:
-        """Pause a job whose stored trigger cannot be planned, so it neither stops the other
-        jobs from firing nor comes back due on every pass; say so once."""
+    def _shaped(self, fire: Fire) -> Fire:
+        """The fire with its runs' routes and limits, from the task's code when this app has
+        it (a scheduler without the code fires runs with neither, as the CLI defers them)."""
+        if not any(run.task in self.app.tasks for run in fire.runs):
+            return fire
+        return replace(fire, runs=[self.app.shape_run(run) for run in fire.runs])
+
+    async def _set_aside(self, job: Job, exc: Exception, what: str, now: float) -> None:
+        """Pause a job whose stored trigger or arguments cannot be planned (a key its task's
+        policy cannot take from them), so it neither stops the other jobs from firing nor
+        comes back due on every pass; say so once."""
         key = (job.id, job.spec_digest)
         if key not in self._reported:
             self._reported.add(key)
             log.error(
-                "job %r has an invalid trigger and is paused: %s; fix it with `cronbus jobs "
-                "update %s` and resume it",
+                "job %r has %s and is paused: %s; fix it with `cronbus jobs update %s` and "
+                "resume it",
                 job.name,
+                what,
                 exc,
                 job.name,
                 extra={"action": "job.invalid_trigger", "job": job.name},

@@ -102,7 +102,10 @@ class Task(Generic[P, R]):
                 rate=rate,
                 rate_key=rate_key,
             )
+        self.context_index: int | None = None
+        """Where ``ctx`` sits among the positional parameters (None: keyword-only or none)."""
         self.takes_context = self._check_context()
+        """Whether the function has a ``ctx`` parameter for a :class:`~cronbus.RunContext`."""
         if self.isolation not in ISOLATIONS:
             raise ConfigurationError(
                 f"task {self.name!r}: isolation must be one of {', '.join(ISOLATIONS)}, "
@@ -132,6 +135,9 @@ class Task(Generic[P, R]):
                 f"task {self.name!r}: isolation='process' cannot take a run context (`ctx`); "
                 "drop the `ctx` parameter or use isolation='thread' or 'async'"
             )
+        if param.kind is param.POSITIONAL_OR_KEYWORD:
+            names = list(inspect.signature(self.fn).parameters)
+            self.context_index = names.index(param.name)
         return True
 
     def __repr__(self) -> str:

@@ -19,14 +19,15 @@ import logging
 import os
 import socket
 import uuid
+from collections import Counter
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..config import Settings
-from ..fairness import EVERY_QUEUE, plan_shares
-from ..model import ClaimedRun, ClaimRequest, Outcome, QueueShare, WorkerInfo, WorkerState
+from ..fairness import EVERY_QUEUE, plan_slots
+from ..model import ClaimedRun, ClaimRequest, Outcome, WorkerInfo, WorkerState
 from ..store import CONTROL_CHANNEL, RUNS_CHANNEL, Listener, Store
 from . import capture
 from .execution import CANCELLED, LOST, SHUTDOWN, THREAD_POLITE_SECONDS, Executor
@@ -79,6 +80,7 @@ class Worker:
         self._hurry = asyncio.Event()
         self._wake = asyncio.Event()
         self._rotation = 0
+        self._tasks = sorted(app.tasks)
         self.run_events = RunEvents(app)
         self.executor = Executor(
             app.tasks,
@@ -108,6 +110,7 @@ class Worker:
     # -- lifecycle -----------------------------------------------------------------------------
     async def run(self) -> None:
         """Work until :meth:`request_stop`, then drain and unregister."""
+        self._tasks = sorted(self.app.tasks)
         now = self.app.clock.now()
         await self.store.register_worker(self._info(now, WorkerState.ALIVE))
         runs = await self.store.listen([RUNS_CHANNEL])
@@ -160,7 +163,8 @@ class Worker:
             heartbeat_at=now,
             state=state,
             namespace=self.app.namespace,
-            tasks=sorted(self.app.tasks),
+            tasks=self._tasks,
+            lease_seconds=self.settings.lease_seconds,
         )
 
     async def _drain(self) -> None:
@@ -258,9 +262,10 @@ class Worker:
                 await self._wake.wait()
                 continue
             claimed: list[ClaimedRun] | None = None
+            asked = 0
             with self.holdings.claiming():
                 try:
-                    claimed = await self._exchange(ended, free)
+                    claimed, asked = await self._exchange(ended, free)
                 except Exception:
                     self._ended[:0] = ended
                     log.exception("recording outcomes and claiming runs failed; trying again")
@@ -271,7 +276,9 @@ class Worker:
             if claimed is None:
                 await self._idle(_RETRY_STORE_SECONDS)
                 continue
-            again = self.serving.claim_again(free, len(claimed))
+            # The slot plan may ask for fewer runs than there are free slots (slots kept for
+            # other queues): a claim that got all it asked for is not a sign of an empty store.
+            again = self.serving.claim_again(asked, len(claimed)) if asked else False
             if len(claimed) < free and not self._ended and not again:
                 await self._idle(await self._idle_timeout())
 
@@ -283,28 +290,38 @@ class Worker:
 
     async def _exchange(
         self, ended: list[tuple[ClaimedRun, Outcome]], free: int
-    ) -> list[ClaimedRun]:
-        """Record what ended and claim up to ``free`` runs, in one store transaction."""
+    ) -> tuple[list[ClaimedRun], int]:
+        """Record what ended and claim up to ``free`` runs, in one store transaction; return
+        the runs claimed and how many were asked for (the slot plan's total)."""
         loop, now = asyncio.get_running_loop(), self.app.clock.now()
         queues = (
             await self.serving.refresh(self.store, now, loop.time(), self.app.namespace)
             if free
             else ()
         )
-        shares = plan_shares(queues, free, self._rotation) if free and queues else []
+        shares = []
+        if free and queues:
+            # Slots are planned over the whole worker, counting the runs executing per queue,
+            # so a queue full of long runs never takes the slot another queue's next run needs.
+            busy = Counter(active.claimed.queue for active in self._active.values())
+            others = self.serving.recent(loop.time())
+            shares = plan_slots(queues, self.concurrency, busy, self._rotation, others)
         self._rotation += 1
+        asked = min(free, sum(share.limit for share in shares))
         request = ClaimRequest(
             worker_id=self.id,
-            queues=[QueueShare(name=q, limit=n) for q, n in shares],
-            limit=free if shares else 0,
+            queues=shares,
+            limit=asked,
             lease_seconds=self.settings.lease_seconds,
             namespace=self.app.namespace,
+            tasks=self._tasks,
+            labels=self.labels,
         )
         done, claimed = await self.store.complete_and_claim(
             [outcome for _, outcome in ended], request, self.app.clock.now()
         )
         self._settle(ended, done)
-        return claimed
+        return claimed, asked
 
     async def _idle_timeout(self) -> float:
         timeout = self.settings.poll_seconds

@@ -20,6 +20,7 @@ from typing import Any
 from ..clock import Clock
 from ..errors import Abort, SerializationError, UnknownTaskError
 from ..model import ClaimedRun, ErrorInfo, Outcome
+from ..run_context import RunContext, context_arguments
 from ..serialization import dumps
 from ..states import AttemptOutcome
 from ..task import Task
@@ -118,6 +119,9 @@ class Executor:
                 log_limit=self.log_limit,
             )
         args, kwargs = claimed.args, claimed.kwargs
+        if task.takes_context:
+            ctx = RunContext(claimed, task, token, asyncio.get_running_loop())
+            args, kwargs = context_arguments(task, args, kwargs, ctx)
         if task.isolation == "async":
             with capturing(log), using_token(token):
                 return await task.fn(*args, **kwargs)

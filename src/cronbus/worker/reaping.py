@@ -1,4 +1,5 @@
-"""The worker's reaper: requeues the runs of lost workers, ages retries and prunes the registry.
+"""The worker's reaper: requeues the runs of lost workers, ages retries, routes again the runs
+pinned to workers that are gone, and prunes the registry.
 
 Every worker runs one, at random intervals around half a lease, so a cluster reaps promptly
 without all its workers hitting the store at the same moment.
@@ -20,7 +21,8 @@ PRUNE_AFTER_SECONDS = 24 * 3600.0
 
 
 async def reap_forever(store: Store, clock: Clock, settings: Settings) -> None:
-    """Reap expired leases, age retries and prune silent workers until cancelled."""
+    """Reap expired leases, age retries, reroute runs of gone workers and prune silent
+    workers until cancelled."""
     while True:
         try:
             now = clock.now()
@@ -33,6 +35,13 @@ async def reap_forever(store: Store, clock: Clock, settings: Settings) -> None:
                     extra={"action": "runs.reaped"},
                 )
             await store.age_retries(now, settings.retry_aging_seconds)
+            rerouted = await store.reroute(now)
+            if rerouted:
+                log.info(
+                    "routed %d waiting runs again: their worker is gone",
+                    rerouted,
+                    extra={"action": "runs.rerouted"},
+                )
             await store.prune_workers(now - PRUNE_AFTER_SECONDS)
         except Exception:
             log.exception("reaping expired leases failed")

@@ -24,6 +24,8 @@ from ..validation import DEFAULT_NAMESPACE, shorten
 REFRESH_SECONDS = 1.0
 """While busy, a worker serving every queue reads the list of queues with claimable runs at
 least this often, so a queue whose runs arrived without a wake-up waits at most this long."""
+RECENT_SECONDS = 60.0
+"""A worker serving every queue keeps a slot for each queue it saw work in this recently."""
 
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:=-]{0,99}")
 
@@ -53,6 +55,7 @@ class Serving:
         self._read_at = -math.inf
         self._stale = True
         self._misses = 0
+        self._seen: dict[str, float] = {}
 
     @property
     def registered(self) -> list[str]:
@@ -98,7 +101,20 @@ class Serving:
                 raise
             self._ready = tuple((name, 1) for name in names)
             self._read_at = clock
+            self._seen.update(dict.fromkeys(names, clock))
         return self._ready
+
+    def recent(self, clock: float) -> list[str]:
+        """For a worker serving every queue, the queues seen holding claimable runs within
+        :data:`RECENT_SECONDS` by the monotonic ``clock``: the slot plan keeps one for each
+        (see :func:`~cronbus.fairness.plan_slots`). Empty for a worker of named queues,
+        whose queues are all known."""
+        if not self.every:
+            return []
+        since = clock - RECENT_SECONDS
+        for name in [n for n, at in self._seen.items() if at < since]:
+            del self._seen[name]
+        return list(self._seen)
 
     def claim_again(self, free: int, claimed: int) -> bool:
         """Whether to claim again at once after a claim that took ``claimed`` runs for ``free``

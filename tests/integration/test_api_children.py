@@ -177,6 +177,7 @@ async def test_children_refusals_name_the_field(api: Api) -> None:
     problem(await api.call("GET", "/v1/runs/999999/children"), 404)
     problem(await api.call("GET", "/v1/runs/0/children"), 422, "run_id")
     # A run of another namespace is not found, never forbidden.
+    await Services(api.app).namespaces.create("shop")
     other = await api.token("read", ["shop"])
     hidden = await api.client.get(path, headers={"Authorization": f"Bearer {other}"})
     problem(hidden, 404)
@@ -270,6 +271,7 @@ async def test_a_parent_in_another_namespace_lists_its_own_children(api: Api) ->
     shop = Services(api.app, namespace="shop")
     page = await shop.runs.children(parent)
     assert [c.namespace for c in page.items] == ["shop", "shop"]
+    await Services(api.app).namespaces.create("shop")
     token = await api.token("read", ["shop"])
     headers = {"Authorization": f"Bearer {token}", "X-Cronbus-Namespace": "shop"}
     listed = await api.client.get(f"/v1/runs/{parent}/children", headers=headers)

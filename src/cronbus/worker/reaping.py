@@ -35,15 +35,25 @@ async def reap_forever(store: Store, clock: Clock, settings: Settings) -> None:
                     extra={"action": "runs.reaped"},
                 )
             await store.age_retries(now, settings.retry_aging_seconds)
-            rerouted = await store.reroute(now)
-            if rerouted:
-                log.info(
-                    "routed %d waiting runs again: their worker is gone",
-                    rerouted,
-                    extra={"action": "runs.rerouted"},
-                )
             await store.prune_workers(now - PRUNE_AFTER_SECONDS)
         except Exception:
             log.exception("reaping expired leases failed")
+        await _reroute(store, clock.now())
         pause = settings.lease_seconds / 2
         await asyncio.sleep(pause * (0.5 + random.random()))
+
+
+async def _reroute(store: Store, now: float) -> None:
+    """Route again the waiting runs pinned to workers that are gone (apart from the reaping,
+    so that one failing does not hold back the other)."""
+    try:
+        rerouted = await store.reroute(now)
+    except Exception:
+        log.exception("routing again the runs of gone workers failed")
+        return
+    if rerouted:
+        log.info(
+            "routed %d waiting runs again: their worker is gone",
+            rerouted,
+            extra={"action": "runs.rerouted"},
+        )

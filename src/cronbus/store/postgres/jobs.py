@@ -15,10 +15,11 @@ from ...model import Fire, Job, JobSpec, NewRun
 from ..logic import JOB_FOLLOW_UP_WAKEUPS, after_fire, job_run
 from ..ports import JOBS_CHANNEL, RUNS_CHANNEL
 from ..rows import job_from_row, job_params
+from . import inserts
 from . import jobs_sql as jq
 from . import sql as q
 from .connection import Connected, Tx
-from .rows import arrays, insert_runs
+from .rows import arrays
 
 
 async def after_triggers(tx: Tx, job_ids: Sequence[int]) -> dict[int, str]:
@@ -46,7 +47,7 @@ async def runs_ended(
     if parents:
         children = [job_from_row(row) for row in await tx.rows(jq.CHILD_JOBS, (parents,))]
         if children:
-            await insert_runs(tx, [job_run(job, now, now) for job in children], now)
+            await inserts.insert_runs(tx, [job_run(job, now, now) for job in children], now)
             tx.nudges.update(JOB_FOLLOW_UP_WAKEUPS)
 
 
@@ -183,7 +184,7 @@ class PostgresJobs(Connected):
                         done[i] = True
                         runs.extend(fires[i].runs)
                 if runs:
-                    await insert_runs(tx, runs, now)
+                    await inserts.insert_runs(tx, runs, now)
             if any(done):
                 tx.nudges.add(RUNS_CHANNEL)
         return done

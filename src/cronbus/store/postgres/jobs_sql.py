@@ -24,11 +24,12 @@ UPSERT_JOB = f"""
 INSERT INTO jobs (name, task, trigger, after_seconds, args, kwargs, queue, priority,
                   max_attempts, timeout, misfire, misfire_grace, misfire_max, overlap, children,
                   calendars, max_fires, source, spec_hash, paused, enabled, next_fire_at,
-                  namespace, created_at, updated_at)
+                  namespace, broadcast, shards, created_at, updated_at)
 VALUES (%(name)s, %(task)s, %(trigger)s, %(after_seconds)s, %(args)s, %(kwargs)s, %(queue)s,
         %(priority)s, %(max_attempts)s, %(timeout)s, %(misfire)s, %(misfire_grace)s,
         %(misfire_max)s, %(overlap)s, %(children)s, %(calendars)s, %(max_fires)s, %(source)s,
-        %(spec_hash)s, %(paused)s, true, %(next_fire_at)s, %(namespace)s, %(now)s, %(now)s)
+        %(spec_hash)s, %(paused)s, true, %(next_fire_at)s, %(namespace)s, %(broadcast)s,
+        %(shards)s, %(now)s, %(now)s)
 ON CONFLICT (name) DO UPDATE SET
     task = excluded.task, trigger = excluded.trigger, after_seconds = excluded.after_seconds,
     args = excluded.args, kwargs = excluded.kwargs, queue = excluded.queue,
@@ -38,7 +39,7 @@ ON CONFLICT (name) DO UPDATE SET
     overlap = excluded.overlap, children = excluded.children, calendars = excluded.calendars,
     max_fires = excluded.max_fires, source = excluded.source, spec_hash = excluded.spec_hash,
     paused = excluded.paused, enabled = true, next_fire_at = excluded.next_fire_at,
-    updated_at = excluded.updated_at
+    broadcast = excluded.broadcast, shards = excluded.shards, updated_at = excluded.updated_at
 WHERE jobs.namespace = excluded.namespace
 RETURNING {_JOB_COLUMNS}
 """

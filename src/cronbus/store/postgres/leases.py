@@ -17,11 +17,13 @@ from ...model import (
 )
 from ...states import AttemptOutcome, RunState
 from ..fencing import SERVER_CLOCK, EndedAttempt, LeaseClock, new_fence, settle
-from ..logic import holds_cancelling, lease_lost, overlap_decisions, wakeups
+from ..logic import Ended, holds_cancelling, lease_lost, overlap_decisions, wakeups
 from ..ports import Beat, HeldAttempt
 from . import sql as q
 from .connection import Connected, Cursor, Row, Tx
+from .fanout import children_ended
 from .jobs import after_triggers, runs_ended
+from .limits import admit_limited, lock_space
 from .rows import (
     Pick,
     attempt_row,
@@ -77,6 +79,7 @@ class PostgresLeases(Connected):
             await self._completed(tx, ended, now)
             done = await self._settle(tx, outcomes, fenced(outcomes, ended))
             picks = await self._apply_overlap(tx, picks, now)
+            picks = await admit_limited(tx, picks, lock_space(self._db.options.schema), now)
             starting = await self._queue_start(tx, picks, request, now)
         claimed = claimed_runs(picks, await starting.fetchall()) if starting else []
         return done, claimed
@@ -103,9 +106,13 @@ class PostgresLeases(Connected):
         params = {
             "queues": [share.name for share in request.queues],
             "limits": [share.limit for share in request.queues],
+            "mosts": [share.most for share in request.queues],
             "limit": request.limit,
             "worker": request.worker_id,
             "namespace": request.namespace,
+            "tasks": None if request.tasks is None else list(request.tasks),
+            "labels": list(request.labels),
+            "now": now,
         }
         return await tx.queue(q.PICK, params)
 
@@ -125,17 +132,27 @@ class PostgresLeases(Connected):
         return await tx.queue(q.START, params)
 
     async def _completed(self, tx: Tx, ended: Sequence[Row], now: float) -> None:
-        """Wake-ups and job follow-ups of the attempts that ended (rows of ``COMPLETE``)."""
+        """Wake-ups, children counted at their parents, and job follow-ups of the attempts
+        that ended (rows of ``COMPLETE``)."""
         triggers: dict[int, str] = {}
         parents: list[int] = []
-        for _, _, state, job_id, key, has_children, after_trigger in ended:
+        children: list[Ended] = []
+        awaiting: list[int] = []
+        for run_id, _, state, job_id, key, has_children, after, parent, index in ended:
             new = RunState(state)
             tx.nudges.update(wakeups(new, key))
+            if new is RunState.WAITING:
+                awaiting.append(run_id)
+            elif parent is not None and new.terminal:
+                children.append(
+                    Ended(run_id=run_id, state=new, parent_id=parent, child_index=index)
+                )
             if job_id is not None and new.terminal:
-                if after_trigger is not None:
-                    triggers[job_id] = after_trigger
+                if after is not None:
+                    triggers[job_id] = after
                 if new is RunState.SUCCEEDED and has_children:
                     parents.append(job_id)
+        await children_ended(tx, children, now, awaiting)
         await runs_ended(tx, triggers, parents, now)
 
     async def _apply_overlap(self, tx: Tx, picks: list[Pick], now: float) -> list[Pick]:
@@ -158,6 +175,16 @@ class PostgresLeases(Connected):
             tx.nudges.update(wakeups(RunState.CANCELLING))
         if skipped:
             await tx.queue(q.SKIP_RUNS, {"ids": [p.id for p in skipped], "now": now})
+            children = [
+                Ended(
+                    run_id=p.id,
+                    state=RunState.SKIPPED,
+                    parent_id=p.parent_id,
+                    child_index=p.child_index,
+                )
+                for p in skipped
+            ]
+            await children_ended(tx, children, now)
             ended = [p.job_id for p in skipped if p.job_id is not None]
             ending = await after_triggers(tx, ended)
             await runs_ended(tx, ending, [], now)
@@ -202,17 +229,22 @@ class PostgresLeases(Connected):
         return [row[0] for row in rows]
 
     async def _reap_rows(self, tx: Tx, rows: Sequence[Row], now: float, max_lost: int) -> None:
-        changes, attempts, ended = [], [], []
-        for run_id, attempt_id, state, lost, eta, job_id in rows:
+        changes, attempts, ended, children = [], [], [], []
+        for run_id, attempt_id, state, lost, eta, job_id, parent, index in rows:
             change, outcome = lease_lost(
                 run_id, attempt_id, RunState(state), lost, max_lost, eta, now
             )
             tx.nudges.update(wakeups(change.state))
             if change.state.terminal and job_id is not None:
                 ended.append(job_id)
+            if change.state.terminal and parent is not None:
+                children.append(
+                    Ended(run_id=run_id, state=change.state, parent_id=parent, child_index=index)
+                )
             changes.append(lost_change(run_id, attempt_id, state, change))
             attempts.append(attempt_row(outcome))
         await tx.queue(q.COMPLETE, finish_params(changes, attempts, now))
+        await children_ended(tx, children, now)
         ending = await after_triggers(tx, ended)
         await runs_ended(tx, ending, [], now)
 

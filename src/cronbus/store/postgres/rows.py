@@ -6,6 +6,7 @@ same round trip for one row or a thousand; nothing here touches the database.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -13,9 +14,8 @@ from typing import Any, NamedTuple
 from ...model import ClaimedRun, NewRun, Outcome, WorkerInfo, WorkerState
 from ...states import ACTIVE, AttemptOutcome, RunState
 from ..logic import Finish, finish, worker_state
-from ..rows import new_run_values
-from . import sql as q
-from .connection import Cursor, Row, Tx
+from ..rows import DISTRIBUTION_COLUMNS, distribution_values, new_run_values
+from .connection import Row
 
 
 # -- claims and completions ------------------------------------------------------------------------
@@ -35,6 +35,19 @@ class Pick(NamedTuple):
     job_id: int | None
     args: str | None
     kwargs: str | None
+    limit_key: str | None
+    limit_max: int | None
+    rate_key: str | None
+    rate_max: int | None
+    rate_period: float | None
+    parent_id: int | None
+    child_index: int | None
+    shard_total: int | None
+
+    @property
+    def limited(self) -> bool:
+        """Whether a limit or a rate applies to the run."""
+        return self.limit_key is not None or self.rate_key is not None
 
 
 def claimed_runs(picks: Sequence[Pick], started: Sequence[Row]) -> list[ClaimedRun]:
@@ -55,6 +68,9 @@ def claimed_runs(picks: Sequence[Pick], started: Sequence[Row]) -> list[ClaimedR
             max_attempts=pick.max_attempts,
             timeout=pick.timeout,
             eta=pick.eta,
+            parent_id=pick.parent_id,
+            child_index=pick.child_index,
+            shard_total=pick.shard_total,
         )
         for pick in picks
         if pick.id in attempts
@@ -62,14 +78,17 @@ def claimed_runs(picks: Sequence[Pick], started: Sequence[Row]) -> list[ClaimedR
 
 
 def first_per_run(outcomes: Sequence[Outcome]) -> list[Outcome]:
-    """Only the first outcome of a run in a batch may complete it (as in the SQLite store)."""
+    """Only the first outcome of a run in a batch may complete it (as in the SQLite store).
+
+    By run id: completions lock their runs in that order, as a cancel of a parent locks its
+    children, so neither waits on the other in a cycle."""
     seen: set[int] = set()
     first = []
     for outcome in outcomes:
         if outcome.run_id not in seen:
             seen.add(outcome.run_id)
             first.append(outcome)
-    return first
+    return sorted(first, key=lambda outcome: outcome.run_id)
 
 
 def fenced(outcomes: Sequence[Outcome], ended: Sequence[Row]) -> list[bool]:
@@ -214,10 +233,27 @@ def lost_change(run_id: int, attempt_id: int, source: str, change: Finish) -> Ro
     )
 
 
-def run_params(runs: Sequence[NewRun], now: float) -> dict[str, Any]:
-    """``INSERT_RUNS``' (and ``INSERT_KEYED_RUNS``') parameters for new runs."""
-    rows = [(*new_run_values(run, now), run.args_json, run.kwargs_json) for run in runs]
-    return {**arrays(_RUN_COLUMNS, rows), "now": now}
+def run_params(runs: Sequence[NewRun], now: float, *, full: bool = False) -> dict[str, Any]:
+    """The parameters of the statements of :mod:`.insert_sql` for new runs; ``full``: with
+    the columns of routes, limits and fan-out (label lists as JSON text)."""
+    if not full:
+        rows = [(*new_run_values(run, now), run.args_json, run.kwargs_json) for run in runs]
+        return {**arrays(_RUN_COLUMNS, rows), "now": now}
+    rows = [
+        (
+            *new_run_values(run, now),
+            run.args_json,
+            run.kwargs_json,
+            *_json_lists(distribution_values(run)),
+        )
+        for run in runs
+    ]
+    return {**arrays((*_RUN_COLUMNS, *DISTRIBUTION_COLUMNS), rows), "now": now}
+
+
+def _json_lists(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Distribution values with their lists (tuples) as JSON text."""
+    return tuple(json.dumps(list(v)) if isinstance(v, tuple) else v for v in values)
 
 
 # -- workers ---------------------------------------------------------------------------------------
@@ -242,11 +278,5 @@ def worker_from_row(row: Row, silent_since: float | None) -> WorkerInfo:
         namespace=row[11],
         tasks=tuple(row[12]),
         drain_requested=row[13],
+        lease_seconds=row[14],
     )
-
-
-async def insert_runs(tx: Tx, runs: Sequence[NewRun], now: float) -> Cursor:
-    """Queue the insert of new runs with their payloads (a known key returns its run)."""
-    keyed = any(run.idempotency_key is not None or run.job_id is not None for run in runs)
-    query = q.INSERT_KEYED_RUNS if keyed else q.INSERT_RUNS
-    return await tx.queue(query, run_params(runs, now))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from ...errors import (
@@ -16,15 +17,17 @@ from ...model import (
     RunFilter,
 )
 from ...states import RunEvent, RunState, sources, sql_match
-from ..logic import NO_RUNS_SINCE, cancel_state, wakeups
+from ..logic import NO_RUNS_SINCE, Ended, cancel_state, cancels_children, wakeups
 from ..rows import attempt_from_row, run_from_row
+from . import fanout_sql as fq
 from . import listing
 from . import sql as q
-from .connection import Connected, Cursor
+from .children import cancel_children
+from .connection import Connected
+from .fanout import children_ended
+from .inserts import Inserting, insert_runs
 from .jobs import after_triggers, runs_ended
-from .rows import (
-    insert_runs,
-)
+from .requeue import requeue
 
 _QUEUED = sql_match("r.state", sources(RunEvent.CLAIM))
 _SCHEDULED = sql_match("state", sources(RunEvent.DUE))
@@ -45,7 +48,11 @@ SELECT queue FROM ready WHERE queue IS NOT NULL
 UNION
 SELECT queue FROM runs WHERE {_SCHEDULED} AND eta <= %(now)s AND namespace = %(namespace)s
 """
-NEXT_ETA_ANY = f"SELECT min(eta) FROM runs WHERE {_SCHEDULED} AND namespace = %s"
+NEXT_ETA_ANY = f"""
+SELECT least(
+    (SELECT min(eta) FROM runs WHERE {_SCHEDULED} AND namespace = %(namespace)s),
+    ({q.FULL_WINDOW_ENDS}))
+"""
 
 
 class PostgresRuns(Connected):
@@ -60,7 +67,7 @@ class PostgresRuns(Connected):
             tx.nudges.update(wakeups(RunState.QUEUED))
         return await self._deferred(inserting, runs)
 
-    async def _deferred(self, inserting: Cursor, runs: Sequence[NewRun]) -> list[Deferred]:
+    async def _deferred(self, inserting: Inserting, runs: Sequence[NewRun]) -> list[Deferred]:
         rows = await inserting.fetchall()
         out = []
         for run, (created, run_id) in zip(runs, rows, strict=True):
@@ -79,33 +86,44 @@ class PostgresRuns(Connected):
         return int(row[0])
 
     async def cancel(self, run_id: int, now: float) -> RunState:
-        """Cancel a waiting run at once, or ask a running one to stop."""
+        """Cancel a waiting run at once, or ask a running one to stop; a waiting parent takes
+        its children with it (locked first: see :mod:`.fanout_sql`)."""
         async with self._db.transaction() as tx:
-            rows = await tx.rows(q.RUN_STATE, (run_id,))
+            locking = await tx.queue(fq.LOCK_WAITING_CHILDREN, {"parent": run_id})
+            reading = await tx.queue(q.RUN_STATE, (run_id,))
+            locked = await locking.fetchall()
+            rows = await reading.fetchall()
             if not rows:
                 raise RunNotFoundError(f"no run has id {run_id}")
-            old, job_id = RunState(rows[0][0]), rows[0][1]
+            state, job_id, parent_id, child_index, key = rows[0]
+            old = RunState(state)
             new = cancel_state(run_id, old)
             if new is not old:
                 finished_at = now if new.terminal else None
                 params = {"new": new.value, "old": old.value, "id": run_id, "now": now}
                 await tx.queue(q.SET_STATE, {**params, "finished_at": finished_at})
-            tx.nudges.update(wakeups(new))
+            tx.nudges.update(wakeups(new, key))
+            ended: list[Ended] = []
+            if new.terminal and parent_id is not None:
+                ended.append(
+                    Ended(run_id=run_id, state=new, parent_id=parent_id, child_index=child_index)
+                )
+            if cancels_children(old):
+                ended += await cancel_children(tx, run_id, locked, now)
+            await children_ended(tx, ended, now)
             if new.terminal and job_id is not None:
                 ending = await after_triggers(tx, [job_id])
                 await runs_ended(tx, ending, [], now)
         return new
 
     async def requeue(self, run_ids: Sequence[int] | None, now: float) -> list[int]:
-        """Queue dead (or cancelled, when named) runs again, with a fresh retry budget."""
+        """Queue dead (or cancelled, when named) runs again, with a fresh retry budget; a
+        fan-out parent is revived with its failed children instead (see :mod:`.requeue`)."""
         async with self._db.transaction() as tx:
-            if run_ids is None:
-                rows = await tx.rows(q.REQUEUE_ALL_DEAD, {"now": now})
-            else:
-                rows = await tx.rows(q.REQUEUE_IDS, {"now": now, "ids": list(run_ids)})
-            if rows:
+            ids = await requeue(tx, run_ids, now)
+            if ids:
                 tx.nudges.update(wakeups(RunState.QUEUED))
-        return sorted(row[0] for row in rows)
+        return ids
 
     async def get_run(self, run_id: int) -> Run:
         """One run by id."""
@@ -175,11 +193,16 @@ class PostgresRuns(Connected):
     async def next_eta(
         self, queues: Sequence[str] | None, namespace: str = "default"
     ) -> float | None:
-        """When the next scheduled run of ``namespace`` in ``queues`` (None: any) is due."""
+        """When the next scheduled run of ``namespace`` in ``queues`` (None: any) is due, or
+        the earliest full rate window of the namespace ends, whichever comes first."""
+        # Windows count in wall-clock time (no caller's time here): one that ended already is
+        # no reason to wake.
+        windows = {"prefix": f"{namespace}:", "now": time.time()}
         if queues is None:
-            row = await self._db.one(NEXT_ETA_ANY, (namespace,))
+            row = await self._db.one(NEXT_ETA_ANY, {"namespace": namespace, **windows})
         else:
-            row = await self._db.one(q.NEXT_ETA, (namespace, list(queues)))
+            params = {"namespace": namespace, "queues": list(queues), **windows}
+            row = await self._db.one(q.NEXT_ETA, params)
         return None if row is None or row[0] is None else float(row[0])
 
     async def ready_queues(self, now: float, namespace: str = "default") -> list[str]:

@@ -24,6 +24,8 @@ QUEUED = _value(RunState.QUEUED.value)
 RUNNING = _value(RunState.RUNNING.value)
 CANCELLING = _value(RunState.CANCELLING.value)
 SKIPPED = _value(RunState.SKIPPED.value)
+SUCCEEDED = _value(RunState.SUCCEEDED.value)
+WAITING = _value(RunState.WAITING.value)
 DEAD = _value(RunState.DEAD.value)
 FRESH = _value(int(Lane.FRESH))
 RETRY = _value(int(Lane.RETRY))
@@ -63,62 +65,7 @@ VALUES (%s, %s, extract(epoch FROM clock_timestamp()))
 # NOTIFY inside a transaction is delivered at its commit, never before, and never if it rolls back.
 NOTIFY = "SELECT pg_notify(c, %(token)s) FROM unnest(%(channels)b::text[]) AS c"
 
-# -- runs: insert --------------------------------------------------------------------------------
-# Ids come from the sequence in input order (volatile functions are evaluated after the sort), so
-# the statement returns them in order and the payloads go in with the runs, in one statement.
-_NEW_RUNS = """
-    SELECT nextval('runs_id_seq') AS id, n.*
-    FROM unnest(
-        %(task)b::text[], %(queue)b::text[], %(state)b::text[], %(priority)b::int[],
-        %(eta)b::float8[], %(max_attempts)b::int[], %(timeout)b::float8[],
-        %(idempotency_key)b::text[], %(target_worker)b::text[], %(route_key)b::text[],
-        %(job_id)b::bigint[], %(fire_at)b::float8[], %(concurrency_key)b::text[],
-        %(overlap)b::text[], %(namespace)b::text[], %(args)b::text[], %(kwargs)b::text[]
-    ) WITH ORDINALITY AS n(task, queue, state, priority, eta, max_attempts, timeout,
-        idempotency_key, target_worker, route_key, job_id, fire_at, concurrency_key, overlap,
-        namespace, args, kwargs, ord)
-    ORDER BY n.ord
-"""
-_INSERT_NEW_RUNS = """
-    INSERT INTO runs (id, task, queue, state, priority, eta, max_attempts, timeout,
-        idempotency_key, target_worker, route_key, job_id, fire_at, concurrency_key, overlap,
-        namespace, created_at, updated_at)
-    SELECT id, task, queue, state, priority, eta, max_attempts, timeout, idempotency_key,
-        target_worker, route_key, job_id, fire_at, concurrency_key, overlap, namespace,
-        %(now)s, %(now)s
-    FROM new ORDER BY ord
-"""
-INSERT_RUNS = f"""
-WITH new AS ({_NEW_RUNS}),
-inserted AS ({_INSERT_NEW_RUNS}),
-payloads AS (
-    INSERT INTO run_payloads (run_id, args, kwargs, namespace, created_at)
-    SELECT id, args, kwargs, namespace, %(now)s FROM new
-)
-SELECT true, id FROM new ORDER BY ord
-"""
-# Runs with an idempotency key or a (job, fire): DO NOTHING without a target covers both unique
-# keys, and a row repeated within the batch loses to its first occurrence. The statement's
-# snapshot cannot see rows it inserted itself, so those ids are looked up in `inserted`; a run
-# committed by another transaction after the snapshot comes back NULL (see RUN_BY_KEY_OR_FIRE).
-INSERT_KEYED_RUNS = f"""
-WITH new AS ({_NEW_RUNS}),
-inserted AS ({_INSERT_NEW_RUNS} ON CONFLICT DO NOTHING RETURNING id),
-payloads AS (
-    INSERT INTO run_payloads (run_id, args, kwargs, namespace, created_at)
-    SELECT n.id, n.args, n.kwargs, n.namespace, %(now)s FROM new n JOIN inserted i ON i.id = n.id
-)
-SELECT i.id IS NOT NULL, coalesce(
-    i.id,
-    (SELECT w.id FROM new w JOIN inserted x ON x.id = w.id
-     WHERE w.idempotency_key = n.idempotency_key),
-    (SELECT r.id FROM runs r WHERE r.idempotency_key = n.idempotency_key),
-    (SELECT w.id FROM new w JOIN inserted x ON x.id = w.id
-     WHERE w.job_id = n.job_id AND w.fire_at = n.fire_at),
-    (SELECT r.id FROM runs r WHERE r.job_id = n.job_id AND r.fire_at = n.fire_at))
-FROM new n LEFT JOIN inserted i ON i.id = n.id
-ORDER BY n.ord
-"""
+# -- runs: insert (the statements are built in insert_sql) -------------------------------------
 RUN_BY_KEY_OR_FIRE = """
 SELECT coalesce(
     (SELECT id FROM runs WHERE idempotency_key = %(key)s),
@@ -138,27 +85,47 @@ WHERE id IN (
     WHERE {sql_match("state", sources(RunEvent.DUE))} AND eta <= %(now)s
     FOR UPDATE SKIP LOCKED)
 """
-# A run of a job with overlap=queue waits while another run with its key is active.
+# A run of a job with overlap=queue waits while another run with its key is active. Only runs of
+# the tasks the worker knows (None: any), targeted at nobody or at it, needing no label it lacks,
+# and under their limits (a saturated key or a full rate window leaves its runs queued without
+# holding back the others; the claim then admits, under the keys' locks, what fits) are taken.
+_UNDER_LIMIT = f"""
+    (SELECT count(*) FROM runs b
+     WHERE b.limit_key = r.limit_key AND b.state IN {sql_in(ACTIVE)}) < r.limit_max
+"""
+_UNDER_RATE = """
+    NOT EXISTS (
+        SELECT 1 FROM rate_windows w
+        WHERE w.key = r.rate_key AND w.window_start <= %(now)s
+            AND w.window_start + w.period > %(now)s AND w.used >= r.rate_max)
+"""
 _READY = f"""
     r.state = {QUEUED} AND r.namespace = %(namespace)s AND r.queue = s.queue
     AND (r.target_worker IS NULL OR r.target_worker = %(worker)s)
+    AND (%(tasks)b::text[] IS NULL OR r.task = ANY(%(tasks)b::text[]))
+    AND (r.route_labels IS NULL OR r.route_labels <@ %(labels)b::text[])
     AND NOT (r.overlap = {OVERLAP_QUEUE} AND EXISTS (
         SELECT 1 FROM runs b
         WHERE b.concurrency_key = r.concurrency_key AND b.state IN {sql_in(ACTIVE)}))
+    AND (r.limit_key IS NULL OR r.limit_max IS NULL OR {_UNDER_LIMIT})
+    AND (r.rate_key IS NULL OR r.rate_max IS NULL OR {_UNDER_RATE})
 """
 _PICK_COLUMNS = """
     r.id, r.attempts, r.used, r.task, r.queue, r.max_attempts, r.timeout, r.eta,
-    r.concurrency_key, r.overlap, r.job_id, r.lane, r.priority
+    r.concurrency_key, r.overlap, r.job_id, r.limit_key, r.limit_max, r.rate_key, r.rate_max,
+    r.rate_period, r.parent_id, r.child_index, r.shard_total, r.lane, r.priority
 """
 _READY_ORDER = "r.lane, r.priority DESC, r.eta, r.id"
 # Each queue's share first; then what the shares left unused goes to the queues that filled
-# theirs, in order. Every candidate is locked (SKIP LOCKED) as it is read, through the
-# runs_ready index; the final LIMIT may leave a few leftovers locked until the commit when
-# several queues filled their share, which only hides them from other claimers for a moment.
+# theirs, in order, each up to its `most` in all (NULL: no bound). Every candidate is locked
+# (SKIP LOCKED) as it is read, through the runs_ready index; the final LIMIT may leave a few
+# leftovers locked until the commit when several queues filled their share, which only hides
+# them from other claimers for a moment.
 PICK = f"""
 WITH shares AS (
-    SELECT queue, lim, ord
-    FROM unnest(%(queues)b::text[], %(limits)b::int[]) WITH ORDINALITY AS s(queue, lim, ord)
+    SELECT queue, least(lim, coalesce(most, lim)) AS lim, most, ord
+    FROM unnest(%(queues)b::text[], %(limits)b::int[], %(mosts)b::int[])
+        WITH ORDINALITY AS s(queue, lim, most, ord)
 ),
 first_pass AS (
     SELECT s.ord, c.*
@@ -174,7 +141,10 @@ first_pass AS (
 second_pass AS (
     SELECT s.ord, c.*
     FROM (
-        SELECT s.queue, s.ord, %(limit)s - (SELECT count(*) FROM first_pass) AS room
+        SELECT s.queue, s.ord,
+            least(
+                %(limit)s - (SELECT count(*) FROM first_pass),
+                coalesce(s.most - s.lim, %(limit)s)) AS room
         FROM shares s
         WHERE s.lim = (SELECT count(*) FROM first_pass f WHERE f.ord = s.ord)
     ) s
@@ -192,7 +162,8 @@ picked AS (
     SELECT 1 AS pass, * FROM second_pass
 )
 SELECT p.id, p.attempts, p.used, p.task, p.queue, p.max_attempts, p.timeout, p.eta,
-    p.concurrency_key, p.overlap, p.job_id, pl.args, pl.kwargs
+    p.concurrency_key, p.overlap, p.job_id, pl.args, pl.kwargs, p.limit_key, p.limit_max,
+    p.rate_key, p.rate_max, p.rate_period, p.parent_id, p.child_index, p.shard_total
 FROM picked p LEFT JOIN run_payloads pl ON pl.run_id = p.id
 ORDER BY p.pass, p.ord, p.lane, p.priority DESC, p.eta, p.id
 LIMIT %(limit)s
@@ -253,11 +224,15 @@ _AFTER_JOB = """
 # and only from the state it was computed for (each outcome comes with one change per active
 # state, so the database picks the one matching the row it locks).
 # The new eta is a clamp of the current one, [eta_low, eta_high] (see rows._changes).
+# A fan-out parent (a run with counters) whose body succeeded waits for its children (AWAIT);
+# the caller then settles it under its counters' lock if they all ended already.
 # Rows of job runs say whether their job fires children, and bring the trigger of an `after` job
-# that waits for its run's end to plan its next fire.
+# that waits for its run's end to plan its next fire; rows of children bring their place.
 COMPLETE = f"""
 WITH change AS (
-    SELECT * FROM unnest(
+    SELECT c.*, c.state = {SUCCEEDED} AND EXISTS (
+        SELECT 1 FROM fanouts f WHERE f.run_id = c.run_id) AS awaits
+    FROM unnest(
         %(run_id)b::bigint[], %(attempt_id)b::bigint[], %(source)b::text[], %(state)b::text[],
         %(eta_low)b::float8[], %(eta_high)b::float8[], %(lane)b::smallint[], %(used)b::int[],
         %(lost)b::int[], %(finished_at)b::float8[], %(fence)b::bigint[]
@@ -266,13 +241,16 @@ WITH change AS (
 ),
 done AS (
     UPDATE runs r
-    SET state = c.state, eta = greatest(c.eta_low, least(r.eta, c.eta_high)), lane = c.lane,
-        used = r.used + c.used, lost = r.lost + c.lost, finished_at = c.finished_at,
+    SET state = CASE WHEN c.awaits THEN {WAITING} ELSE c.state END,
+        eta = greatest(c.eta_low, least(r.eta, c.eta_high)), lane = c.lane,
+        used = r.used + c.used, lost = r.lost + c.lost,
+        finished_at = CASE WHEN c.awaits THEN NULL ELSE c.finished_at END,
         lease_owner = NULL, lease_expires = NULL, updated_at = %(now)s
     FROM change c
     WHERE r.id = c.run_id AND r.attempt_id = c.attempt_id AND r.state = c.source
         AND (c.fence IS NULL OR r.fence = c.fence)
-    RETURNING r.id, r.attempt_id, r.state, r.job_id, r.concurrency_key
+    RETURNING r.id, r.attempt_id, r.state, r.job_id, r.concurrency_key, r.parent_id,
+        r.child_index
 ),
 ended AS (
     UPDATE attempts a
@@ -289,7 +267,7 @@ ended AS (
 )
 SELECT d.id, d.attempt_id, d.state, d.job_id, d.concurrency_key,
     coalesce(j.children <> '[]', false) AS has_children,
-    CASE WHEN {_AFTER_JOB} THEN j.trigger END AS after_trigger
+    CASE WHEN {_AFTER_JOB} THEN j.trigger END AS after_trigger, d.parent_id, d.child_index
 FROM done d LEFT JOIN jobs j ON j.id = d.job_id
 """
 AFTER_JOBS = f"SELECT j.id, j.trigger FROM jobs j WHERE j.id = ANY(%b::bigint[]) AND {_AFTER_JOB}"
@@ -324,7 +302,7 @@ FROM (SELECT 1) AS one
 LEFT JOIN runs r ON r.lease_owner = %(worker)s AND r.state IN {sql_in(ACTIVE)}
 """
 EXPIRED = f"""
-SELECT id, attempt_id, state, lost, eta, job_id FROM runs
+SELECT id, attempt_id, state, lost, eta, job_id, parent_id, child_index FROM runs
 WHERE state IN {sql_in(ACTIVE)} AND lease_expires < {_LEASE_NOW}
 ORDER BY lease_expires LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
@@ -342,7 +320,10 @@ WHERE id IN (
 """
 
 # -- runs: commands ------------------------------------------------------------------------------
-RUN_STATE = "SELECT state, job_id FROM runs WHERE id = %s FOR UPDATE"
+RUN_STATE = """
+SELECT state, job_id, parent_id, child_index, concurrency_key FROM runs WHERE id = %s FOR UPDATE
+"""
+PEEK_STATE = "SELECT state FROM runs WHERE id = %s"
 SET_STATE = """
 UPDATE runs SET state = %(new)s, updated_at = %(now)s, finished_at = %(finished_at)s
 WHERE id = %(id)s AND state = %(old)s
@@ -351,9 +332,10 @@ _REQUEUE = f"""
 UPDATE runs SET state = {QUEUED}, lane = {FRESH}, used = 0, lost = 0, eta = %(now)s,
     updated_at = %(now)s, finished_at = NULL
 """
+# Fan-out parents to revive are kept out (see requeue.py); each row says where the run sits.
 REQUEUE_IDS = f"""{_REQUEUE}
 WHERE id = ANY(%(ids)b::bigint[]) AND state IN {sql_in(sources(RunEvent.REQUEUE))}
-RETURNING id
+RETURNING id, parent_id, child_index
 """
 # A loose index scan: each step seeks the next namespace name, so the cost grows with the number
 # of namespaces, not of runs (PostgreSQL has no skip scan for SELECT DISTINCT).
@@ -369,12 +351,13 @@ SELECT name FROM spaces WHERE name IS NOT NULL
 # Every dead run, found per namespace through runs_by_state (namespace, state, id).
 REQUEUE_ALL_DEAD = f"""{_REQUEUE}
 WHERE namespace = ANY(ARRAY({RUN_NAMESPACES})) AND state = {DEAD}
-RETURNING id
+    AND id <> ALL(%(keep)b::bigint[])
+RETURNING id, parent_id, child_index
 """
 
 # -- runs: reads ---------------------------------------------------------------------------------
 GET_RUN = f"SELECT {_RUN_COLUMNS} {_RUN_FROM} WHERE r.id = %s"
-GET_RUNS = f"SELECT {_RUN_COLUMNS} {_RUN_FROM} WHERE r.id = ANY(%b::bigint[])"
+GET_RUNS = f"SELECT {_RUN_COLUMNS} {_RUN_FROM} WHERE r.id = ANY(%b::bigint[]) ORDER BY r.id"
 RUN_COLUMNS = _RUN_COLUMNS
 RUN_FROM = _RUN_FROM
 LIST_ATTEMPTS = """
@@ -382,22 +365,30 @@ SELECT id, run_id, number, worker_id, started_at, finished_at, outcome, result, 
        error_message, traceback, logs
 FROM attempts WHERE run_id = %s ORDER BY id
 """
+# A namespace's full rate windows: its keys start with "<namespace>:" (rate_windows is small:
+# one row per rate key).
+FULL_WINDOW_ENDS = """
+SELECT min(window_start + period) FROM rate_windows
+WHERE starts_with(key, %(prefix)s) AND used >= max_starts AND window_start + period > %(now)s
+"""
 NEXT_ETA = f"""
-SELECT min(eta) FROM runs
-WHERE state = {SCHEDULED} AND namespace = %s AND queue = ANY(%b::text[])
+SELECT least(
+    (SELECT min(eta) FROM runs
+     WHERE state = {SCHEDULED} AND namespace = %(namespace)s AND queue = ANY(%(queues)b::text[])),
+    ({FULL_WINDOW_ENDS}))
 """
 
 # -- workers -------------------------------------------------------------------------------------
 UPSERT_WORKER = """
 INSERT INTO workers (id, host, pid, queues, labels, concurrency, version, started_at,
-                     heartbeat_at, state, namespace, tasks, drain_requested)
-VALUES (%s, %s, %s, %b::text[], %b::text[], %s, %s, %s, %s, %s, %s, %b::text[], %s)
+                     heartbeat_at, state, namespace, tasks, drain_requested, lease_seconds)
+VALUES (%s, %s, %s, %b::text[], %b::text[], %s, %s, %s, %s, %s, %s, %b::text[], %s, %s)
 ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
     queues = excluded.queues, labels = excluded.labels, concurrency = excluded.concurrency,
     version = excluded.version, started_at = excluded.started_at,
     heartbeat_at = excluded.heartbeat_at, state = excluded.state,
     namespace = excluded.namespace, tasks = excluded.tasks,
-    drain_requested = excluded.drain_requested
+    drain_requested = excluded.drain_requested, lease_seconds = excluded.lease_seconds
 """
 REQUEST_DRAIN = "UPDATE workers SET drain_requested = true WHERE id = %s RETURNING id"
 SET_WORKER_STATE = "UPDATE workers SET state = %s, heartbeat_at = %s WHERE id = %s"
@@ -414,7 +405,7 @@ SELECT w.id, w.host, w.pid, w.queues, w.labels, w.concurrency, w.version, w.star
     w.heartbeat_at, w.state,
     ARRAY(SELECT r.id FROM runs r
           WHERE r.lease_owner = w.id AND r.state IN {sql_in(ACTIVE)} ORDER BY r.id),
-    w.namespace, w.tasks, w.drain_requested
+    w.namespace, w.tasks, w.drain_requested, w.lease_seconds
 FROM workers w"""
 LIST_WORKERS = f"""{_WORKERS}
 WHERE %(namespace)s::text IS NULL OR w.namespace = %(namespace)s

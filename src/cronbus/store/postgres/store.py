@@ -32,10 +32,12 @@ import uuid
 from ..migrations import Migrated, SchemaVersions
 from . import sql as q
 from .admin import PostgresAdmin
+from .children import PostgresChildren
 from .connection import Database
 from .events import PostgresEvents
 from .jobs import PostgresJobs
 from .leases import PostgresLeases
+from .routing import PostgresRouting
 from .runs import PostgresRuns
 from .subscriptions import PostgresSubscriptions
 from .url import parse_url
@@ -46,6 +48,8 @@ from .workers import PostgresWorkers
 class PostgresStore(
     PostgresRuns,
     PostgresLeases,
+    PostgresChildren,
+    PostgresRouting,
     PostgresJobs,
     PostgresWorkers,
     PostgresWakeUps,

@@ -33,6 +33,7 @@ class PostgresWorkers(Connected):
             worker.namespace,
             list(worker.tasks),
             worker.drain_requested,
+            worker.lease_seconds,
         )
         await self._db.execute(q.UPSERT_WORKER, row)
 

@@ -21,7 +21,8 @@ from ..rows import job_from_row, job_params
 from . import jobs_sql as jq
 from . import sql as q
 from .connection import Connected, Inline
-from .rows import fetch_all, insert_runs
+from .fanout import insert_runs
+from .rows import fetch_all
 
 _INLINE_BATCH = 16
 
@@ -37,6 +38,7 @@ def get_job(conn: sqlite3.Connection, name: str) -> Job:
 def fire(conn: sqlite3.Connection, fires: Sequence[Fire], now: float) -> list[bool]:
     """Advance each job by compare-and-set, and insert its runs only if that succeeded."""
     done = []
+    dead: list[int] = []
     for plan in fires:
         last = max((r.fire_at for r in plan.runs if r.fire_at is not None), default=None)
         moved = conn.execute(
@@ -51,8 +53,9 @@ def fire(conn: sqlite3.Connection, fires: Sequence[Fire], now: float) -> list[bo
             },
         ).rowcount
         if moved:
-            insert_runs(conn, plan.runs, now)
+            insert_runs(conn, plan.runs, now, dead)
         done.append(bool(moved))
+    runs_ended(conn, _job_states(conn, dead), now)
     return done
 
 
@@ -66,23 +69,38 @@ def runs_ended(
     Returns whether any job or run changed (so schedulers and workers should be nudged).
     """
     changed = False
-    for job_id, state in ended:
+    pending = list(ended)
+    while pending:
+        job_id, state = pending.pop(0)
         row = conn.execute(jq.AFTER_JOB, {"id": job_id}).fetchone()
         if row is not None:
             following = after_fire(job_id, row[0], now)
             conn.execute(jq.SET_NEXT_FIRE, {"id": job_id, "next": following, "now": now})
             changed = changed or following is not None
         if state is RunState.SUCCEEDED:
-            changed |= bool(_fire_children(conn, job_id, now))
+            dead: list[int] = []
+            changed |= bool(_fire_children(conn, job_id, now, dead))
+            # A child job's broadcast that found no worker ended at once: it follows up too.
+            pending.extend(_job_states(conn, dead))
     return changed
 
 
-def _fire_children(conn: sqlite3.Connection, job_id: int, now: float) -> list[Deferred]:
+def _fire_children(
+    conn: sqlite3.Connection, job_id: int, now: float, dead: list[int]
+) -> list[Deferred]:
     row = conn.execute(jq.CHILDREN, (job_id,)).fetchone()
     if row is None or row[0] == "[]":
         return []
     children = [job_from_row(r) for r in conn.execute(jq.CHILD_JOBS, (row[0],))]
-    return insert_runs(conn, [job_run(child, now, now) for child in children], now)
+    return insert_runs(conn, [job_run(child, now, now) for child in children], now, dead)
+
+
+def _job_states(conn: sqlite3.Connection, run_ids: Sequence[int]) -> list[tuple[int, RunState]]:
+    """(job id, state) of the job runs among ``run_ids`` (none read when there are none)."""
+    if not run_ids:
+        return []
+    rows = conn.execute(q.JOB_RUN_STATES, (json.dumps(list(run_ids)),)).fetchall()
+    return [(job_id, RunState(state)) for job_id, state in rows]
 
 
 def jobs_runs_ended(
@@ -91,9 +109,7 @@ def jobs_runs_ended(
     """Job runs reached an end: ``after`` jobs plan their next fire, children fire."""
     if not run_ids:
         return
-    rows = conn.execute(q.JOB_RUN_STATES, (json.dumps(list(run_ids)),)).fetchall()
-    ended = [(job_id, RunState(state)) for job_id, state in rows]
-    if runs_ended(conn, ended, now):
+    if runs_ended(conn, _job_states(conn, run_ids), now):
         nudges.update(JOB_FOLLOW_UP_WAKEUPS)
 
 

@@ -27,11 +27,11 @@ UPSERT_JOB = """
 INSERT INTO jobs (name, task, trigger, after_seconds, args, kwargs, queue, priority,
                   max_attempts, timeout, misfire, misfire_grace, misfire_max, overlap, children,
                   calendars, max_fires, source, spec_hash, paused, enabled, next_fire_at,
-                  namespace, created_at, updated_at)
+                  namespace, created_at, updated_at, broadcast, shards)
 VALUES (:name, :task, :trigger, :after_seconds, :args, :kwargs, :queue, :priority,
         :max_attempts, :timeout, :misfire, :misfire_grace, :misfire_max, :overlap, :children,
         :calendars, :max_fires, :source, :spec_hash, :paused, 1, :next_fire_at, :namespace,
-        :now, :now)
+        :now, :now, :broadcast, :shards)
 ON CONFLICT (name) DO UPDATE SET
     task = excluded.task, trigger = excluded.trigger, after_seconds = excluded.after_seconds,
     args = excluded.args, kwargs = excluded.kwargs, queue = excluded.queue,
@@ -41,7 +41,7 @@ ON CONFLICT (name) DO UPDATE SET
     overlap = excluded.overlap, children = excluded.children, calendars = excluded.calendars,
     max_fires = excluded.max_fires, source = excluded.source, spec_hash = excluded.spec_hash,
     paused = excluded.paused, enabled = 1, next_fire_at = excluded.next_fire_at,
-    updated_at = excluded.updated_at
+    updated_at = excluded.updated_at, broadcast = excluded.broadcast, shards = excluded.shards
 WHERE jobs.namespace = excluded.namespace
 """
 # Names are unique per store: which namespace holds a name (a replace never moves a job).

@@ -14,14 +14,26 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from ...model import ClaimedRun, ClaimRequest, Outcome
+from ...distribution.fanout import Settle, Tally, encode_reduce
+from ...model import ClaimedRun, ClaimRequest, NewRun, Outcome, QueueShare
 from ...states import AttemptOutcome, RunState
 from ..fencing import EndedAttempt, new_fence, settle
-from ..logic import finish, holds_cancelling, lease_lost, overlap_decisions, wakeups
+from ..logic import (
+    Ended,
+    finish,
+    holds_cancelling,
+    lease_lost,
+    overlap_decisions,
+    own_end,
+    wakeups,
+)
 from ..ports import Beat, HeldAttempt
 from . import sql as q
 from .connection import Connected
-from .jobs import jobs_runs_ended
+from .endings import runs_ended
+from .fanout import create_reduce, spawn
+from .limits import admitted
+from .routing import reroute
 from .rows import Row, attempt_params, execute, finish_params, sequence
 
 _REAP_BATCH = 1000
@@ -68,7 +80,8 @@ class SqliteLeases(Connected):
         self, conn: sqlite3.Connection, request: ClaimRequest, now: float, nudges: set[str]
     ) -> list[ClaimedRun]:
         conn.execute(q.PROMOTE_DUE, {"now": now})
-        rows = self._overlap(conn, self._pick(conn, request), now, nudges)
+        rows = self._overlap(conn, self._pick(conn, request, now), now, nudges)
+        rows = admitted(conn, rows, now)
         if not rows:
             return []
         first = sequence(conn, "attempts") + 1
@@ -103,43 +116,41 @@ class SqliteLeases(Connected):
             nudges.update(wakeups(RunState.CANCELLING))
         if skipped:
             conn.executemany(q.SKIP_RUN, [{"id": run_id, "now": now} for run_id in skipped])
-            jobs_runs_ended(conn, skipped, now, nudges)
+            skips = [row for row in skipped_rows if row[10] is not None]
+            children = [_ended(row, RunState.SKIPPED, 10) for row in skips]
+            runs_ended(conn, children, skipped, now, nudges)
         return kept
 
-    def _pick(self, conn: sqlite3.Connection, request: ClaimRequest) -> list[Row]:
-        """Each queue's share first, then what is left to the queues that had more."""
+    def _pick(self, conn: sqlite3.Connection, request: ClaimRequest, now: float) -> list[Row]:
+        """Each queue's share first, then what is left to the queues that had more (each queue
+        at most its ``most``)."""
+        sql = q.SELECT_READY[request.tasks is not None, bool(request.labels)]
+        common = {
+            "namespace": request.namespace,
+            "worker": request.worker_id,
+            "now": now,
+            "tasks": json.dumps(list(request.tasks or ())),
+            "labels": json.dumps(list(request.labels)),
+        }
         picked: list[Row] = []
-        full = []
+        full: list[tuple[QueueShare, int]] = []
         for share in request.queues:
-            rows = conn.execute(
-                q.SELECT_READY,
-                {
-                    "namespace": request.namespace,
-                    "queue": share.name,
-                    "worker": request.worker_id,
-                    "limit": share.limit,
-                    "offset": 0,
-                },
-            ).fetchall()
+            first = share.limit if share.most is None else min(share.limit, share.most)
+            if first <= 0:
+                continue
+            params = {**common, "queue": share.name, "limit": first, "offset": 0}
+            rows = conn.execute(sql, params).fetchall()
             picked.extend(rows)
-            if len(rows) == share.limit:
-                full.append(share)
-        for share in full:
+            if len(rows) == first and (share.most is None or share.most > first):
+                full.append((share, first))
+        for share, first in full:
             left = request.limit - len(picked)
             if left <= 0:
                 break
-            picked.extend(
-                conn.execute(
-                    q.SELECT_READY,
-                    {
-                        "namespace": request.namespace,
-                        "queue": share.name,
-                        "worker": request.worker_id,
-                        "limit": left,
-                        "offset": share.limit,
-                    },
-                ).fetchall()
-            )
+            if share.most is not None:
+                left = min(left, share.most - first)
+            params = {**common, "queue": share.name, "limit": left, "offset": first}
+            picked.extend(conn.execute(sql, params).fetchall())
         return picked[: request.limit]
 
     async def complete(self, outcomes: Sequence[Outcome], now: float) -> list[bool]:
@@ -158,6 +169,8 @@ class SqliteLeases(Connected):
         attempts: list[dict[str, Any]] = []
         done: list[bool] = []
         ended_jobs: list[int] = []
+        children: list[Ended] = []
+        reducing: list[tuple[int, str]] = []
         ids = json.dumps([o.run_id for o in outcomes])
         held = {row[0]: row for row in conn.execute(q.HELD, (ids,))}
         for outcome in outcomes:
@@ -166,15 +179,25 @@ class SqliteLeases(Connected):
                 done.append(False)
                 continue
             change = finish(RunState(row[2]), outcome, row[3], now)
+            if row[9] is not None:
+                # A map parent's own attempt: it may now wait for its children, or settle.
+                change, decision = own_end(change, _tally(row))
+                if decision is Settle.REDUCE:
+                    reducing.append((outcome.run_id, row[12]))
             nudges.update(wakeups(change.state, row[5]))
-            if row[4] is not None and change.state.terminal:
-                ended_jobs.append(outcome.run_id)
+            if change.state.terminal:
+                if row[4] is not None:
+                    ended_jobs.append(outcome.run_id)
+                if row[7] is not None:
+                    children.append(_ended(row, change.state, 7))
             runs.append(finish_params(outcome.run_id, outcome.attempt_id, change, now))
             attempts.append(attempt_params(outcome, now))
             done.append(True)
         conn.executemany(q.FINISH_RUN, runs)
         conn.executemany(q.FINISH_ATTEMPT, attempts)
-        jobs_runs_ended(conn, ended_jobs, now, nudges)
+        for parent, spec in reducing:
+            create_reduce(conn, parent, spec, now, nudges)
+        runs_ended(conn, children, ended_jobs, now, nudges)
         return _settle(conn, outcomes, done)
 
     async def heartbeat(
@@ -211,6 +234,38 @@ class SqliteLeases(Connected):
         """Promote retries that waited ``after`` seconds to the fresh lane."""
         return await self._transact(execute, q.AGE_RETRIES, {"cutoff": now - after}, durable=False)
 
+    async def spawn(
+        self,
+        parent: ClaimedRun,
+        children: Sequence[NewRun],
+        reduce: NewRun | None,
+        now: float,
+    ) -> int:
+        """Create map children of a running parent in one transaction, fenced by its attempt
+        (:class:`~cronbus.errors.LeaseLostError` when it no longer holds the run)."""
+        spec = encode_reduce(reduce) if reduce is not None else None
+        nudges = set(wakeups(RunState.QUEUED))
+        made = await self._transact(
+            spawn,
+            parent.run_id,
+            parent.attempt_id,
+            parent.fence,
+            children,
+            spec,
+            now,
+            wake=nudges,
+        )
+        if made:
+            await self._nudge(nudges)
+        return made
+
+    async def reroute(self, now: float) -> int:
+        """Route again the waiting runs targeted at workers that are no longer live."""
+        nudges: set[str] = set()
+        moved = await self._transact(_reroute, now, nudges, durable=False, wake=nudges)
+        await self._nudge(nudges)
+        return moved
+
 
 def _claimed(row: Row, attempt_id: int, fence: int, payload: tuple[str, str]) -> ClaimedRun:
     """A row of ``SELECT_READY`` started under ``attempt_id`` and ``fence``, as a claim."""
@@ -228,6 +283,26 @@ def _claimed(row: Row, attempt_id: int, fence: int, payload: tuple[str, str]) ->
         max_attempts=max_attempts,
         timeout=timeout,
         eta=eta,
+        parent_id=row[10],
+        child_index=row[11],
+        shard_total=row[12],
+    )
+
+
+def _ended(row: Row, state: RunState, at: int) -> Ended:
+    """A run that ended in ``state``, from a row holding its parent id and child index at
+    columns ``at`` and ``at + 1``."""
+    return Ended(run_id=row[0], state=state, parent_id=row[at], child_index=row[at + 1])
+
+
+def _tally(row: Row) -> Tally:
+    """A parent's counters from a row of ``HELD``."""
+    return Tally(
+        total=row[9],
+        ended=row[10],
+        succeeded=row[11],
+        has_reduce=row[12] is not None,
+        reduce_run=row[13],
     )
 
 
@@ -257,18 +332,31 @@ def _beat(
     return rows, bool(seen[0]) if seen is not None else False
 
 
+def _reroute(conn: sqlite3.Connection, now: float, nudges: set[str]) -> int:
+    """Reroute stranded runs; broadcast children that ended dead are counted at parents."""
+    moved, ended = reroute(conn, now)
+    if moved:
+        nudges.update(wakeups(RunState.QUEUED))
+    runs_ended(conn, ended, [], now, nudges)
+    return moved
+
+
 def _reap(conn: sqlite3.Connection, now: float, max_lost: int, nudges: set[str]) -> list[int]:
     """End the attempts of expired leases (see :func:`~cronbus.store.logic.lease_lost`)."""
     rows = conn.execute(q.EXPIRED, {"now": now, "limit": _REAP_BATCH}).fetchall()
-    runs, attempts, ended = [], [], []
-    for run_id, attempt_id, state, lost, eta, job_id in rows:
+    runs, attempts, ended, children = [], [], [], []
+    for run_id, attempt_id, state, lost, eta, job_id, parent_id, index in rows:
         change, outcome = lease_lost(run_id, attempt_id, RunState(state), lost, max_lost, eta, now)
         nudges.update(wakeups(change.state))
         if change.state.terminal and job_id is not None:
             ended.append(run_id)
+        if change.state.terminal and parent_id is not None:
+            children.append(
+                Ended(run_id=run_id, state=change.state, parent_id=parent_id, child_index=index)
+            )
         runs.append(finish_params(run_id, attempt_id, change, now))
         attempts.append(attempt_params(outcome, now))
     conn.executemany(q.FINISH_RUN, runs)
     conn.executemany(q.FINISH_ATTEMPT, attempts)
-    jobs_runs_ended(conn, ended, now, nudges)
+    runs_ended(conn, children, ended, now, nudges)
     return [r[0] for r in rows]

@@ -6,6 +6,7 @@ Inside write transactions the caller holds; shared by defers, fires and job foll
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -15,7 +16,7 @@ from ...events.records import DeliveryOutcome, DeliveryResult
 from ...events.states import DeliveryEvent, DeliveryState, transition
 from ...model import Deferred, NewRun, Outcome
 from ..logic import Finish
-from ..rows import new_run_values
+from ..rows import distribution_values, new_run_values, plain
 from . import sql as q
 
 Row = tuple[Any, ...]
@@ -42,28 +43,35 @@ def execute_many(conn: sqlite3.Connection, sql: str, rows: Any) -> None:
     conn.executemany(sql, rows)
 
 
-def insert_runs(conn: sqlite3.Connection, runs: Sequence[NewRun], now: float) -> list[Deferred]:
-    """Insert runs and their payloads; a known idempotency key or (job, fire) returns its run.
+def insert_rows(conn: sqlite3.Connection, runs: Sequence[NewRun], now: float) -> list[Deferred]:
+    """Insert runs and their payloads as they are (targets chosen, fan-outs not expanded: see
+    :func:`.fanout.insert_runs`); a known idempotency key or (job, fire) returns its run.
 
-    Plain runs go in with one ``executemany``, their ids read from ``sqlite_sequence`` (the
-    write lock makes them consecutive); keyed ones one at a time, to learn which were new.
+    Runs without a key go in with one ``executemany`` per statement (runs that use routing,
+    limits or fan-out bind more columns), their ids read from ``sqlite_sequence`` (the write
+    lock makes them consecutive); keyed ones one at a time, to learn which were new.
     """
     out: list[Deferred | None] = [None] * len(runs)
     payloads: list[tuple[int, str, str, str, float]] = []
-    plain = [i for i, run in enumerate(runs) if run.idempotency_key is None and run.job_id is None]
-    if plain:
+    unkeyed = [i for i, r in enumerate(runs) if r.idempotency_key is None and r.job_id is None]
+    if unkeyed:
+        simple = [i for i in unkeyed if plain(runs[i])]
+        full = [i for i in unkeyed if not plain(runs[i])]
         first = sequence(conn, "runs") + 1
-        conn.executemany(q.INSERT_RUN, [run_row(runs[i], now) for i in plain])
-        if sequence(conn, "runs") != first + len(plain) - 1:
+        if simple:
+            conn.executemany(q.INSERT_RUN, [run_row(runs[i], now) for i in simple])
+        if full:
+            conn.executemany(q.INSERT_FULL_RUN, [full_row(runs[i], now) for i in full])
+        if sequence(conn, "runs") != first + len(unkeyed) - 1:
             raise StoreError("run ids were not consecutive inside one transaction")
-        for offset, i in enumerate(plain):
+        for offset, i in enumerate([*simple, *full]):
             out[i] = Deferred(id=first + offset, created=True)
             run = runs[i]
             payloads.append((first + offset, run.args_json, run.kwargs_json, run.namespace, now))
     for i, run in enumerate(runs):
         if out[i] is not None:
             continue
-        row = conn.execute(q.INSERT_KEYED_RUN, run_row(run, now)).fetchone()
+        row = conn.execute(q.INSERT_KEYED_RUN, full_row(run, now)).fetchone()
         if row is not None:
             out[i] = Deferred(id=row[0], created=True)
             payloads.append((row[0], run.args_json, run.kwargs_json, run.namespace, now))
@@ -84,8 +92,20 @@ def sequence(conn: sqlite3.Connection, table: str) -> int:
 
 
 def run_row(run: NewRun, now: float) -> tuple[Any, ...]:
-    """A new run's row, for ``INSERT_RUN``."""
+    """A plain new run's row, for ``INSERT_RUN``."""
     return (*new_run_values(run, now), now, now)
+
+
+def full_row(run: NewRun, now: float) -> tuple[Any, ...]:
+    """A new run's row with its distribution columns, for ``INSERT_FULL_RUN``: lists as JSON
+    text."""
+    values = distribution_values(run)
+    return (*new_run_values(run, now), now, now, *(_json(value) for value in values))
+
+
+def _json(value: Any) -> Any:
+    """A list column's value as SQLite stores it (JSON text); other values as they are."""
+    return json.dumps(list(value)) if isinstance(value, tuple) else value
 
 
 def finish_params(run_id: int, attempt_id: int, change: Finish, now: float) -> dict[str, Any]:

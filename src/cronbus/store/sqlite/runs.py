@@ -5,18 +5,20 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
 
 from ...errors import RunNotFoundError
 from ...model import Attempt, Deferred, NewRun, Run, RunFilter
 from ...states import RunEvent, RunState, sources, sql_match
-from ..logic import cancel_state, wakeups
+from ..logic import Ended, cancel_state, cancels_children, wakeups
 from ..rows import attempt_from_row, run_from_row
+from . import dist_sql as dq
 from . import listing
 from . import sql as q
 from .connection import Connected, Inline
-from .jobs import jobs_runs_ended
-from .rows import fetch_all, insert_runs
+from .endings import runs_ended
+from .fanout import cancel_children, insert_runs
+from .limits import full_window_end
+from .requeue import requeue
 
 _INLINE_BATCH = 16
 """Defers of at most this many runs may run on the event loop's thread (see ``_call``)."""
@@ -56,9 +58,36 @@ def _cancel(conn: sqlite3.Connection, run_id: int, now: float, nudges: set[str])
         finished = now if new.terminal else None
         conn.execute(q.SET_STATE, (new.value, now, finished, run_id, old.value))
     nudges.update(wakeups(new))
-    if new.terminal and row[1] is not None:
-        jobs_runs_ended(conn, [run_id], now, nudges)
+    children: list[Ended] = []
+    if new.terminal and row[2] is not None:
+        children.append(Ended(run_id=run_id, state=new, parent_id=row[2], child_index=row[3]))
+    if cancels_children(old):
+        children.extend(cancel_children(conn, run_id, now, nudges))
+    job_runs = [run_id] if new.terminal and row[1] is not None else []
+    runs_ended(conn, children, job_runs, now, nudges)
     return new
+
+
+def _defer(conn: sqlite3.Connection, runs: Sequence[NewRun], now: float) -> list[Deferred]:
+    """Insert runs; a broadcast parent that ended at once (no live worker) follows up."""
+    dead: list[int] = []
+    deferred = insert_runs(conn, runs, now, dead)
+    if dead:
+        runs_ended(conn, [], dead, now, set())
+    return deferred
+
+
+def _next_eta(
+    conn: sqlite3.Connection, queues: Sequence[str] | None, namespace: str
+) -> float | None:
+    if queues is None:
+        row = conn.execute(NEXT_ETA_ANY, (namespace,)).fetchone()
+    else:
+        params = {"namespace": namespace, "queues": json.dumps(list(queues))}
+        row = conn.execute(q.NEXT_ETA, params).fetchone()
+    due = None if row is None or row[0] is None else float(row[0])
+    opens = full_window_end(conn, namespace)
+    return min((t for t in (due, opens) if t is not None), default=None)
 
 
 class SqliteRuns(Connected):
@@ -69,7 +98,7 @@ class SqliteRuns(Connected):
         if not runs:
             return []
         quick: Inline = "write" if len(runs) <= _INLINE_BATCH else ""
-        result = await self._transact(insert_runs, runs, now, wake=True, inline=quick)
+        result = await self._transact(_defer, runs, now, wake=True, inline=quick)
         await self._nudge(set(wakeups(RunState.QUEUED)))
         return result
 
@@ -82,12 +111,7 @@ class SqliteRuns(Connected):
 
     async def requeue(self, run_ids: Sequence[int] | None, now: float) -> list[int]:
         """Queue dead (or cancelled, when named) runs again, with a fresh retry budget."""
-        params: dict[str, Any] = {"now": now}
-        if run_ids is None:
-            sql = q.REQUEUE_ALL_DEAD
-        else:
-            sql, params["ids"] = q.REQUEUE_IDS, json.dumps(list(run_ids))
-        ids = sorted(r[0] for r in await self._transact(fetch_all, sql, params, wake=True))
+        ids = await self._transact(requeue, run_ids, now, wake=True)
         if ids:
             await self._nudge(set(wakeups(RunState.QUEUED)))
         return ids
@@ -141,12 +165,21 @@ class SqliteRuns(Connected):
         self, queues: Sequence[str] | None, namespace: str = "default"
     ) -> float | None:
         """When the next scheduled run of ``namespace`` in ``queues`` (None: any) is due."""
-        if queues is None:
-            row = await self._one(NEXT_ETA_ANY, (namespace,), inline="read")
-        else:
-            params = (namespace, json.dumps(list(queues)))
-            row = await self._one(q.NEXT_ETA, params, inline="read")
-        return None if row is None or row[0] is None else float(row[0])
+        return await self._call(_next_eta, self._db, queues, namespace, inline="read")
+
+    async def list_children(
+        self, parent_id: int, after_index: int | None = None, limit: int = 100
+    ) -> list[Run]:
+        """A parent's children by ``child_index`` after ``after_index`` (keyset); the reduce
+        run, which has no index, comes last, on the page that has room for it after the last
+        child (a page that ends with it is the last)."""
+        if limit <= 0:
+            return []
+        after = -1 if after_index is None else after_index
+        rows = await self._rows(dq.LIST_CHILDREN, (parent_id, after, limit), inline="read")
+        if len(rows) < limit:
+            rows += await self._rows(dq.REDUCE_OF, (parent_id,), inline="read")
+        return [run_from_row(row) for row in rows]
 
     async def ready_queues(self, now: float, namespace: str = "default") -> list[str]:
         """The queues holding runs of ``namespace`` a claim could take at ``now``, by name."""

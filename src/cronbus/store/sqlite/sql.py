@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...model import Overlap
 from ...states import ACTIVE, TRANSITIONS, RunEvent, RunState, sources, sql_in, sql_match
-from ..rows import RUN_COLUMNS, RUN_FROM
+from ..rows import DISTRIBUTION_COLUMNS, RUN_COLUMNS, RUN_FROM
 
 
 def _to(event: RunEvent) -> str:
@@ -20,14 +20,22 @@ _RUN = _to(RunEvent.CLAIM)
 _REQ = _to(RunEvent.REQUEUE)
 """A requeued run's state."""
 
-INSERT_RUN = """
-INSERT INTO runs (task, queue, state, priority, lane, eta, max_attempts, timeout,
-                  idempotency_key, target_worker, route_key, job_id, fire_at, concurrency_key,
-                  overlap, namespace, created_at, updated_at)
+# A plain run (rows.plain: no route, limit or parent) leaves the distribution columns to their
+# defaults, so the common insert binds no more values than before they existed.
+_INSERT_COLUMNS = """task, queue, state, priority, lane, eta, max_attempts, timeout,
+    idempotency_key, target_worker, route_key, job_id, fire_at, concurrency_key, overlap,
+    namespace, created_at, updated_at"""
+INSERT_RUN = f"""
+INSERT INTO runs ({_INSERT_COLUMNS})
 VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
+# The common columns (rows.new_run_values), the times, then rows.DISTRIBUTION_COLUMNS.
+INSERT_FULL_RUN = f"""
+INSERT INTO runs ({_INSERT_COLUMNS}, {", ".join(DISTRIBUTION_COLUMNS)})
+VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
 # Without a target, DO NOTHING covers every unique key: the idempotency key and (job, fire).
-INSERT_KEYED_RUN = INSERT_RUN + " ON CONFLICT DO NOTHING RETURNING id"
+INSERT_KEYED_RUN = INSERT_FULL_RUN + " ON CONFLICT DO NOTHING RETURNING id"
 RUN_BY_FIRE = "SELECT id FROM runs WHERE job_id = ? AND fire_at = ?"
 RUN_BY_KEY = "SELECT id FROM runs WHERE idempotency_key = ?"
 INSERT_PAYLOAD = """
@@ -38,18 +46,46 @@ PROMOTE_DUE = f"""
 UPDATE runs INDEXED BY runs_due SET state = {_to(RunEvent.DUE)}, updated_at = :now
 WHERE {sql_match("state", sources(RunEvent.DUE))} AND eta <= :now
 """
-# Runs of a job with overlap=queue wait while another run with their key is active.
-SELECT_READY = f"""
-SELECT id, attempts, used, task, queue, max_attempts, timeout, eta, concurrency_key, overlap
+READY_COLUMNS = """id, attempts, used, task, queue, max_attempts, timeout, eta, concurrency_key,
+    overlap, parent_id, child_index, shard_total, limit_key, limit_max, rate_key, rate_max,
+    rate_period"""
+"""What a claim reads of each ready run (see ``leases._claimed`` and ``limits.admitted``)."""
+# Runs of a job with overlap=queue wait while another run with their key is active. A run
+# whose limit key is saturated or whose rate window is full is left out, so it never blocks
+# the runs behind it (the claim then admits, among the picked, what fits together).
+_SELECT_READY = f"""
+SELECT {READY_COLUMNS}
 FROM runs
 WHERE {_WAITING} AND namespace = :namespace AND queue = :queue
-  AND (target_worker IS NULL OR target_worker = :worker)
+  AND (target_worker IS NULL OR target_worker = :worker){{tasks}}{{labels}}
   AND NOT (overlap = '{Overlap.QUEUE.value}' AND concurrency_key IN (
         SELECT concurrency_key FROM runs INDEXED BY runs_active_key
         WHERE concurrency_key IS NOT NULL AND state IN {sql_in(ACTIVE)}))
+  AND (limit_key IS NULL OR limit_max > (
+        SELECT count(*) FROM runs AS busy INDEXED BY runs_limited
+        WHERE busy.limit_key = runs.limit_key AND busy.state IN {sql_in(ACTIVE)}))
+  AND (rate_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM rate_windows AS w
+        WHERE w.key = runs.rate_key AND w.window_start + w.period > :now
+          AND w.used >= runs.rate_max))
 ORDER BY lane, priority DESC, eta, id
 LIMIT :limit OFFSET :offset
 """
+# "+task": the task test must not lead the planner to runs_by_task instead of runs_ready.
+_TASKS = "\n  AND +task IN (SELECT value FROM json_each(:tasks))"
+_LABELS = """
+  AND (route_labels IS NULL OR NOT EXISTS (
+        SELECT 1 FROM json_each(route_labels) AS need
+        WHERE need.value NOT IN (SELECT value FROM json_each(:labels))))"""
+_NO_LABELS = "\n  AND route_labels IS NULL"
+SELECT_READY = {
+    (tasks, labels): _SELECT_READY.format(
+        tasks=_TASKS if tasks else "", labels=_LABELS if labels else _NO_LABELS
+    )
+    for tasks in (False, True)
+    for labels in (False, True)
+}
+"""The pick of one queue, by (the claim names its tasks, the worker has labels)."""
 ACTIVE_KEYS = f"""
 SELECT concurrency_key, id FROM runs INDEXED BY runs_active_key
 WHERE concurrency_key IN (SELECT value FROM json_each(?)) AND concurrency_key IS NOT NULL
@@ -76,10 +112,14 @@ PAYLOADS = (
     "SELECT run_id, args, kwargs FROM run_payloads WHERE run_id IN (SELECT value FROM json_each(?))"
 )
 
+# With the run's place as a child and, for a fan-out parent, its counters (fanouts: total,
+# ended, succeeded, reduce spec, reduce run).
 HELD = f"""
-SELECT id, attempt_id, state, eta, job_id, concurrency_key, fence FROM runs
-WHERE id IN (SELECT value FROM json_each(?))
-  AND state IN {sql_in(ACTIVE)}
+SELECT r.id, r.attempt_id, r.state, r.eta, r.job_id, r.concurrency_key, r.fence, r.parent_id,
+    r.child_index, f.total, f.ended, f.succeeded, f.reduce_spec, f.reduce_run
+FROM runs r LEFT JOIN fanouts f ON f.run_id = r.id
+WHERE r.id IN (SELECT value FROM json_each(?))
+  AND r.state IN {sql_in(ACTIVE)}
 """
 FINISH_RUN = """
 UPDATE runs SET state = :state, lease_owner = NULL, lease_expires = NULL, eta = :eta,
@@ -109,7 +149,8 @@ UPDATE workers SET heartbeat_at = :now WHERE id = :worker RETURNING drain_reques
 """
 
 EXPIRED = f"""
-SELECT id, attempt_id, state, lost, eta, job_id FROM runs INDEXED BY runs_leases
+SELECT id, attempt_id, state, lost, eta, job_id, parent_id, child_index
+FROM runs INDEXED BY runs_leases
 WHERE state IN {sql_in(ACTIVE)} AND lease_expires < :now
 ORDER BY lease_expires LIMIT :limit
 """
@@ -118,7 +159,7 @@ UPDATE runs INDEXED BY runs_retry_aging SET lane = 0
 WHERE {_WAITING} AND lane = 1 AND eta <= :cutoff
 """
 
-RUN_STATE = "SELECT state, job_id FROM runs WHERE id = ?"
+RUN_STATE = "SELECT state, job_id, parent_id, child_index FROM runs WHERE id = ?"
 JOB_RUN_STATES = """
 SELECT job_id, state FROM runs WHERE id IN (SELECT value FROM json_each(?)) AND job_id IS NOT NULL
 """
@@ -128,7 +169,7 @@ UPDATE runs SET state = {_REQ}, lane = 0, used = 0, lost = 0, eta = :now, update
     finished_at = NULL
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND state IN {sql_in(sources(RunEvent.REQUEUE))}
-RETURNING id
+RETURNING id, parent_id, child_index
 """
 # A loose index scan: each step seeks the next namespace name, so the cost grows with the number
 # of namespaces, not of runs (SELECT DISTINCT would walk the whole index).
@@ -148,7 +189,8 @@ UPDATE runs INDEXED BY runs_by_state SET state = {_REQ}, lane = 0, used = 0, los
     eta = :now, updated_at = :now, finished_at = NULL
 WHERE namespace IN (SELECT name FROM spaces WHERE name IS NOT NULL)
   AND {sql_match("state", [RunState.DEAD])}
-RETURNING id
+  AND id NOT IN (SELECT value FROM json_each(:keep))
+RETURNING id, parent_id, child_index
 """
 
 GET_RUN = f"SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id = ?"
@@ -160,20 +202,20 @@ FROM attempts WHERE run_id = ? ORDER BY id
 """
 NEXT_ETA = f"""
 SELECT min(eta) FROM runs INDEXED BY runs_due
-WHERE {sql_match("state", sources(RunEvent.DUE))} AND namespace = ?
-  AND queue IN (SELECT value FROM json_each(?))
+WHERE {sql_match("state", sources(RunEvent.DUE))} AND namespace = :namespace
+  AND queue IN (SELECT value FROM json_each(:queues))
 """
 
 UPSERT_WORKER = """
 INSERT INTO workers (id, host, pid, queues, labels, concurrency, version, started_at,
-                     heartbeat_at, state, namespace, tasks, drain_requested)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                     heartbeat_at, state, namespace, tasks, drain_requested, lease_seconds)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
     queues = excluded.queues, labels = excluded.labels, concurrency = excluded.concurrency,
     version = excluded.version, started_at = excluded.started_at,
     heartbeat_at = excluded.heartbeat_at, state = excluded.state,
     namespace = excluded.namespace, tasks = excluded.tasks,
-    drain_requested = excluded.drain_requested
+    drain_requested = excluded.drain_requested, lease_seconds = excluded.lease_seconds
 """
 REQUEST_DRAIN = "UPDATE workers SET drain_requested = 1 WHERE id = ?"
 SET_WORKER_STATE = "UPDATE workers SET state = ?, heartbeat_at = ? WHERE id = ?"
@@ -187,7 +229,7 @@ RETURNING id
 """
 _WORKER_COLUMNS = """
 SELECT id, host, pid, queues, labels, concurrency, version, started_at, heartbeat_at, state,
-    namespace, tasks, drain_requested
+    namespace, tasks, drain_requested, lease_seconds
 FROM workers"""
 LIST_WORKERS = f"{_WORKER_COLUMNS} ORDER BY started_at DESC"
 LIST_NAMESPACE_WORKERS = f"{_WORKER_COLUMNS} WHERE namespace = ? ORDER BY started_at DESC"

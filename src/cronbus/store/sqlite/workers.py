@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from ...errors import WorkerNotFoundError
 from ...model import WorkerInfo, WorkerState
 from ..logic import worker_state
+from . import dist_sql as dq
 from . import sql as q
 from .connection import Connected
+from .routing import live_workers
 from .rows import Row, execute, fetch_all
 
 
@@ -33,6 +35,7 @@ class SqliteWorkers(Connected):
             worker.namespace,
             json.dumps(list(worker.tasks)),
             int(worker.drain_requested),
+            worker.lease_seconds,
         )
         await self._transact(execute, q.UPSERT_WORKER, row, durable=False)
 
@@ -57,6 +60,10 @@ class SqliteWorkers(Connected):
             by_owner.setdefault(owner, []).append(run_id)
         silent_since = now - lease_seconds
         return [_worker(row, by_owner.get(row[0], ()), silent_since) for row in rows]
+
+    async def unknown_tasks(self, now: float, namespace: str = "default") -> list[str]:
+        """Tasks of queued runs of ``namespace`` that no live worker knows, by name."""
+        return await self._call(_unknown_tasks, self._db, now, namespace, inline="read")
 
     async def request_drain(self, worker_id: str, now: float) -> WorkerInfo:
         """Ask a worker to drain on its next heartbeat; its entry as it now stands."""
@@ -85,6 +92,7 @@ def _worker(row: Row, running: Sequence[int], silent_since: float | None) -> Wor
         namespace=row[10],
         tasks=tuple(json.loads(row[11])),
         drain_requested=bool(row[12]),
+        lease_seconds=row[13],
     )
 
 
@@ -105,3 +113,17 @@ def _workers_and_runs(
     else:
         workers = conn.execute(q.LIST_NAMESPACE_WORKERS, (namespace,)).fetchall()
     return workers, conn.execute(q.RUNNING_BY_OWNER).fetchall()
+
+
+def _unknown_tasks(conn: sqlite3.Connection, now: float, namespace: str) -> list[str]:
+    """The namespace's tasks no live worker knows, then those of them with queued runs: the
+    queued runs are read only when some task of the namespace is unknown."""
+    known: set[str] = set()
+    for worker in live_workers(conn, now, [namespace]):
+        known |= worker.tasks
+    params = {"namespace": namespace}
+    unknown = [row[0] for row in conn.execute(dq.RUN_TASKS, params) if row[0] not in known]
+    if not unknown:
+        return []
+    params = {"namespace": namespace, "tasks": json.dumps(unknown)}
+    return sorted(row[0] for row in conn.execute(dq.QUEUED_TASKS, params))

@@ -276,3 +276,23 @@ async def test_a_parent_in_another_namespace_lists_its_own_children(api: Api) ->
     headers = {"Authorization": f"Bearer {token}", "X-Cronbus-Namespace": "shop"}
     listed = await api.client.get(f"/v1/runs/{parent}/children", headers=headers)
     assert [c["child_index"] for c in listed.json()["items"]] == [0, 1]
+
+
+async def test_defer_makes_a_fan_out_parent(api: Api) -> None:
+    made = await api.call("POST", "/v1/runs", json={"task": "noop", "shards": 3})
+    assert made.status_code == 201, made.text
+    parent = made.json()["run"]
+    assert parent["state"] == "waiting"
+    assert parent["children"]["kind"] == "shards"
+    assert parent["children"]["total"] == 3
+    listed = (await api.call("GET", f"/v1/runs/{parent['id']}/children")).json()["items"]
+    assert [(c["child_index"], c["shard_total"]) for c in listed] == [(0, 3), (1, 3), (2, 3)]
+    # Broadcast with no live worker that knows the task: a dead letter that says why.
+    lonely = await api.call("POST", "/v1/runs", json={"task": "noop", "broadcast": True})
+    assert lonely.status_code == 201, lonely.text
+    assert lonely.json()["run"]["state"] == "dead"
+    assert "no live worker" in lonely.json()["run"]["children"]["note"]
+    problem(await api.call("POST", "/v1/runs", json={"task": "noop", "shards": 0}), 422, "shards")
+    both = {"task": "noop", "shards": 2, "broadcast": True}
+    problem(await api.call("POST", "/v1/runs", json=both), 422, "shards")
+    problem(await api.call("POST", "/v1/runs", json={"task": "noop", "broadcast": []}), 422)

@@ -235,3 +235,11 @@ def test_jobs_take_broadcast_and_shards(url: str) -> None:
     )
     assert too_many.exit_code != 0
     assert "10001 is not in the range 0<=x<=10000" in too_many.output
+
+
+def test_defer_makes_a_parent_of_shards(url: str) -> None:
+    made = cli("defer", "noop", "--shards", "3", "--json", "--app", APP, "--store", url)
+    parent = json.loads(made.output)["id"]
+    document = json.loads(cli("runs", "show", str(parent), "--json", "--store", url).output)
+    assert (document["state"], document["fanout"]["total"]) == ("waiting", 3)
+    assert [c["child_index"] for c in document["children"]] == [0, 1, 2]

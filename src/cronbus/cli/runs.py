@@ -18,6 +18,7 @@ from ..serialization import parse_json
 from ..services import DeferResult, RunDetail, RunQuery
 from ..services.pages import encode_cursor
 from ..states import RunState
+from ..task_policy import SHARDS_LIMIT
 from . import render
 from .connect import AnyServices, Where, collect, run_services, where_options
 from .loading import CronbusGroup, parse_states
@@ -246,6 +247,17 @@ def _shown(value: str) -> str:
     metavar="KEY",
     help="Create the run only once per key; later calls return the first run's id.",
 )
+@click.option(
+    "--broadcast",
+    is_flag=True,
+    help="Make it a parent run with one child per live worker that knows the task.",
+)
+@click.option(
+    "--shards",
+    type=click.IntRange(1, SHARDS_LIMIT),
+    metavar="N",
+    help="Make it a parent run with N children, each told its shard index and N.",
+)
 @where_options(app_required=True)
 @_json_option
 def defer(
@@ -256,12 +268,15 @@ def defer(
     priority: int | None,
     queue: str | None,
     idempotency_key: str | None,
+    broadcast: bool,
+    shards: int | None,
     where: Where,
     as_json: bool,
 ) -> None:
     """Create a run of TASK (a task name of the app) and print its id.
 
-    The arguments are checked against the task's function before anything is stored.
+    The arguments are checked against the task's function before anything is stored. With
+    --broadcast or --shards the run is a parent: `cronbus runs show ID` follows its children.
     """
 
     async def create(services: AnyServices) -> DeferResult:
@@ -273,6 +288,8 @@ def defer(
             priority=priority,
             queue=queue,
             idempotency_key=idempotency_key,
+            broadcast=broadcast or None,
+            shards=shards,
         )
 
     done = run_services(where, create)

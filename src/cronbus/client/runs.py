@@ -77,6 +77,8 @@ class RemoteRuns:
         eta: datetime | float | None = None,
         priority: int | None = None,
         idempotency_key: str | None = None,
+        broadcast: bool | Sequence[str] | None = None,
+        shards: int | None = None,
     ) -> DeferResult:
         """Create a run of a task of the server's app."""
         body = {
@@ -88,6 +90,8 @@ class RemoteRuns:
             "eta": eta.timestamp() if isinstance(eta, datetime) else eta,
             "priority": priority,
             "idempotency_key": idempotency_key,
+            "broadcast": list(broadcast) if isinstance(broadcast, Sequence) else broadcast,
+            "shards": shards,
         }
         sent = {key: value for key, value in body.items() if value is not None}
         return decode(DeferResult, await self._http.post("/v1/runs", sent))

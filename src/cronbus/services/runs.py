@@ -25,6 +25,7 @@ from ..job_specs import check_job_name
 from ..model import Run, RunFilter
 from ..states import ACTIVE, RunEvent, RunState, sources
 from ..task import check_key, check_priority, check_queue, resolve_eta
+from ..task_policy import check_fanout
 from ..validation import check_label, check_time, shorten
 from .context import ID_LIMIT, Context, check_id, naming
 from .pages import DEFAULT_LIMIT, Page, check_limit, decode_cursor, page_of
@@ -257,10 +258,13 @@ class RunsService:
         eta: datetime | float | None = None,
         priority: int | None = None,
         idempotency_key: str | None = None,
+        broadcast: bool | Sequence[str] | None = None,
+        shards: int | None = None,
     ) -> DeferResult:
         """Create a run of a task of the app, in this namespace; the arguments are checked
         against the task's function before anything is stored. A known idempotency key
-        returns the run it created (``created=False``)."""
+        returns the run it created (``created=False``). ``broadcast`` (True, or labels) or
+        ``shards`` (a count) make it a fan-out parent, as ``task.defer`` does."""
         self._c.write()
         with naming("task"):
             name = check_label(task, "task")
@@ -282,6 +286,7 @@ class RunsService:
             priority = None if priority is None else check_priority(priority)
         with naming("idempotency_key"):
             idempotency_key = check_key(idempotency_key)
+        fanout = check_fanout(broadcast, shards)
         with naming("delay" if delay is not None else "eta"):
             when = resolve_eta(now, delay, eta)
         with naming("kwargs" if kwargs and not args else "args"):
@@ -294,6 +299,7 @@ class RunsService:
                 queue=queue,
                 idempotency_key=idempotency_key,
                 namespace=self._c.namespace,  # limit keys are built with the namespace
+                fanout=fanout,
             )
         (done,) = await self._c.store.defer([new], self._c.now())
         run = await self._c.store.get_run(done.id)

@@ -38,6 +38,11 @@ class DeferRequest:
     priority: int | None = None
     idempotency_key: str | None = None
     """A second defer with this key returns the run the first created."""
+    broadcast: bool | list[str] | None = None
+    """A parent run with one child per live worker that knows the task (a list: only the
+    workers carrying all these labels)."""
+    shards: int | None = None
+    """A parent run with this many children (1 to 10,000), each told its index."""
 
 
 @runs.get("/runs", summary="List runs", response_model=PageOut[Run], responses=responses(404))
@@ -87,6 +92,8 @@ async def defer(body: DeferRequest, response: Response, services: Caller) -> Def
         eta=body.eta,
         priority=body.priority,
         idempotency_key=body.idempotency_key,
+        broadcast=body.broadcast,
+        shards=body.shards,
     )
     response.status_code = 201 if result.created else 200
     response.headers["Location"] = f"/v1/runs/{result.run.id}"

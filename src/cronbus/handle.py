@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from .distribution.fanout import summary
 from .errors import RunFailedError, RunTimeoutError
 from .model import JSON, ErrorInfo, FanOutKind, Run
 from .states import RunState
@@ -57,6 +58,8 @@ class RunEndedError(RunFailedError):
 def _one_line(run: Run) -> str:
     """``run 7 of app.send is dead: ConnectionError: down``, cut to one short line."""
     text = f"run {run.id} of {run.task} is {run.state.value}"
+    if run.error is None and run.children is not None:
+        return f"{text}: {summary(run.children)}"  # a parent fails by its children
     if run.error is not None:
         lines = run.error.message.strip().splitlines()
         first = lines[0] if lines else ""

@@ -19,7 +19,8 @@ import pytest
 
 from cronbus import App, Call, RunState, Worker
 from cronbus.config import Settings
-from cronbus.model import FanOutKind, RunFilter
+from cronbus.handle import RunEndedError
+from cronbus.model import FanOutKind, RunFilter, WorkerState
 from cronbus.run_context import RunContext
 from cronbus.scheduler import Scheduler
 
@@ -130,6 +131,18 @@ def per_customer(customer: str, pause: float) -> None:
 @app.task(rate="3/s")
 def rated() -> None:
     """At most three starts a second."""
+
+
+@app.task(route="hash", route_key="customer")
+def hashed(customer: str) -> str:
+    """Runs on the worker its customer hashes to."""
+    return customer
+
+
+@app.task(route="labels", labels=["gpu"])
+def needs_gpu() -> str:
+    """Runs only on a worker labelled gpu."""
+    return "rendered"
 
 
 @pytest.fixture
@@ -301,3 +314,57 @@ async def test_job_fires_carry_the_tasks_limits_and_fan_out(shop: App) -> None:
 
 async def _state_is(of: App, run_id: int, state: RunState) -> bool:
     return (await of.store.get_run(run_id)).state is state
+
+
+async def test_broadcast_runs_once_on_each_live_worker_that_fits(shop: App) -> None:
+    async with working(shop, labels=("gpu",)) as gpu, working(shop) as plain:
+        await until(lambda: _alive(shop, 2), 10)
+        handle = await ident.defer_async(5, broadcast=True)
+        run = await handle.wait_async(20)
+        assert run.children is not None
+        assert (run.children.kind, run.children.total, run.children.succeeded) == (
+            FanOutKind.BROADCAST,
+            2,
+            2,
+        )
+        children = await shop.store.list_children(handle.id)
+        assert sorted(c.target_worker or "" for c in children) == sorted([gpu.id, plain.id])
+        for child in children:
+            (attempt,) = await shop.store.list_attempts(child.id)
+            assert (attempt.worker_id, child.result) == (child.target_worker, 5)
+        labelled = await ident.defer_async(6, broadcast=["gpu"])
+        await labelled.wait_async(20)
+        (only,) = await shop.store.list_children(labelled.id)
+        assert (only.target_worker, only.result) == (gpu.id, 6)
+    nobody = await ident.defer_async(7, broadcast=True)  # both workers stopped
+    with pytest.raises(RunEndedError, match=r"is dead: .*no live worker knows task"):
+        await nobody.wait_async(5)
+
+
+async def _alive(of: App, count: int) -> bool:
+    workers = await of.store.list_workers(of.clock.now(), of.settings.lease_seconds)
+    return sum(w.state is WorkerState.ALIVE for w in workers) == count
+
+
+async def test_hash_routing_keeps_a_key_on_one_worker(shop: App) -> None:
+    async with working(shop), working(shop):
+        await until(lambda: _alive(shop, 2), 10)
+        handles = [await hashed.defer_async(c) for c in "abcdef" * 3]
+        for handle in handles:
+            await handle.wait_async(20)
+        targets: dict[str, set[str]] = {}
+        for handle in handles:
+            run = await handle.fetch_async()
+            (attempt,) = await shop.store.list_attempts(run.id)
+            assert (run.route, attempt.worker_id) == ("hash", run.target_worker)
+            targets.setdefault(run.args[0], set()).add(attempt.worker_id)
+    assert all(len(workers) == 1 for workers in targets.values())
+
+
+async def test_a_run_needing_labels_waits_for_a_worker_carrying_them(shop: App) -> None:
+    handle = await needs_gpu.defer_async()
+    async with working(shop):
+        assert (await (await ident.defer_async(1)).wait_async(10)).result == 1
+        assert (await handle.fetch_async()).state is RunState.QUEUED
+        async with working(shop, labels=("gpu", "eu")):
+            assert (await handle.wait_async(10)).result == "rendered"

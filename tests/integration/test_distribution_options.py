@@ -178,3 +178,20 @@ async def test_shape_run_applies_a_known_tasks_policy(app: App) -> None:
     assert (shaped.limit_key, shaped.limit_max) == (f"shop:{task.name}:acme", 1)
     unknown = NewRun(task="elsewhere.task", queue="default", eta=0.0)
     assert app.shape_run(unknown) is unknown
+
+
+def test_a_code_job_fans_out_one_way(app: App) -> None:
+    def sweep() -> None:
+        """A job body."""
+
+    app.job(name="everywhere", every=60, broadcast=True)(app.task(name="sweep")(sweep))
+    app.job(name="sharded", every=60, shards=4)(app.tasks["sweep"])
+    assert (app.code_jobs["everywhere"].broadcast, app.code_jobs["everywhere"].shards) == (
+        True,
+        None,
+    )
+    assert app.code_jobs["sharded"].shards == 4
+    with pytest.raises(ConfigurationError, match=r"give broadcast or shards, not both"):
+        app.job(name="both", every=60, broadcast=True, shards=2)(app.tasks["sweep"])
+    with pytest.raises(ConfigurationError, match=r"shards must be between 1 and 10000"):
+        app.job(name="none", every=60, shards=0)(app.tasks["sweep"])

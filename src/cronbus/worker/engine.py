@@ -123,6 +123,13 @@ class Worker:
             asyncio.create_task(self._forward_wakeups(runs), name="cronbus-wakeups"),
         ]
         capture.install()
+        if not self._tasks:
+            log.warning(
+                "worker %s knows no task (is --app given?): it claims nothing; runs wait for "
+                "a worker whose code knows their task",
+                self.id,
+                extra={"action": "worker.no_tasks"},
+            )
         log.info(
             "worker %s serving %s of namespace %s with concurrency %d",
             self.id,

@@ -17,7 +17,7 @@ import pytest
 
 from cronbus.distribution.fanout import map_children
 from cronbus.distribution.routing import rendezvous
-from cronbus.errors import LeaseLostError
+from cronbus.errors import InvalidArgumentError, LeaseLostError
 from cronbus.model import (
     ClaimedRun,
     ClaimRequest,
@@ -657,3 +657,49 @@ async def test_counters_match_the_children_states(store: Store) -> None:
     assert run.children is not None
     assert run.children.ended == sum(n for s, n in states.items() if s.terminal)
     assert run.children.succeeded == states[RunState.SUCCEEDED]
+
+
+async def test_shards_are_routed_as_they_go_in(store: Store) -> None:
+    await register(store, worker("w1"), worker("w2"))
+    fan = FanOut(kind=FanOutKind.SHARDS, shards=4)
+    (parent,) = await defer_ids(store, [new(fanout=fan, route="round_robin")])
+    assert await targets(store, [parent]) == [None]
+    kids = await children_of(store, parent)
+    assert [k.target_worker for k in kids] == ["w1", "w2", "w1", "w2"]
+
+
+async def test_cancel_of_a_parent_reaches_its_reduce_run(store: Store) -> None:
+    parent = await _running_parent(store)
+    await store.spawn(parent, _items(parent, 0, [1]), new("total"), T0 + 1)
+    (kid,) = await store.claim(claim_request(tasks=["item"]), T0 + 2)
+    await store.complete([ok(kid), ok(parent)], T0 + 3)
+    (reducing,) = await store.claim(claim_request(tasks=["total"]), T0 + 4)
+    assert await store.cancel(parent.run_id, T0 + 5) is RunState.CANCELLED
+    assert (await store.get_run(reducing.run_id)).state is RunState.CANCELLING
+    await store.complete([dead(reducing)], T0 + 6)
+    assert (await store.get_run(reducing.run_id)).state is RunState.CANCELLED
+    assert (await store.get_run(parent.run_id)).state is RunState.CANCELLED
+
+
+async def test_spawn_refuses_children_without_their_place(store: Store) -> None:
+    parent = await _running_parent(store)
+    stray = new("item", parent_id=parent.run_id)
+    with pytest.raises(InvalidArgumentError):
+        await store.spawn(parent, [stray], None, T0 + 1)
+    other = ClaimedRun(
+        run_id=parent.run_id,
+        attempt_id=parent.attempt_id,
+        attempt=1,
+        number=1,
+        fence=parent.fence + 1,
+        task="body",
+        queue="q",
+        args_json="[]",
+        kwargs_json="{}",
+        max_attempts=1,
+        timeout=None,
+        eta=T0,
+    )
+    with pytest.raises(LeaseLostError):
+        await store.spawn(other, _items(parent, 0, [1]), None, T0 + 1)
+    assert await children_of(store, parent.run_id) == []

@@ -112,6 +112,8 @@ def _settle(
     """Apply a parent's decision from its counters and state (a row of ``TALLY``); the parent's
     end, if it ended."""
     total, ended, succeeded, spec, reduce_id, state, grandparent, index = row
+    if state is None:
+        return None  # the parent was purged; its counters outlived it
     tally = Tally(
         total=total,
         ended=ended,

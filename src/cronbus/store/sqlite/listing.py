@@ -41,6 +41,8 @@ SELECT id FROM runs WHERE id IN (SELECT value FROM json_each(?)) AND state IN {s
 DELETE_RUNS = "DELETE FROM runs WHERE id IN (SELECT value FROM json_each(?))"
 DELETE_PAYLOADS = "DELETE FROM run_payloads WHERE run_id IN (SELECT value FROM json_each(?))"
 DELETE_ATTEMPTS = "DELETE FROM attempts WHERE run_id IN (SELECT value FROM json_each(?))"
+# A purged parent's counters go with it (children still going are then counted nowhere).
+DELETE_FANOUTS = "DELETE FROM fanouts WHERE run_id IN (SELECT value FROM json_each(?))"
 
 
 _SINCE = "r.id >= " + created_after_bound("INDEXED BY run_payloads_by_created", "?", "?")
@@ -117,6 +119,6 @@ def delete_runs(conn: sqlite3.Connection, run_ids: Sequence[int]) -> list[int]:
     ids = sorted(row[0] for row in conn.execute(_DOOMED, (json.dumps(list(run_ids)),)))
     if ids:
         doomed = json.dumps(ids)
-        for sql in (DELETE_ATTEMPTS, DELETE_PAYLOADS, DELETE_RUNS):
+        for sql in (DELETE_ATTEMPTS, DELETE_PAYLOADS, DELETE_FANOUTS, DELETE_RUNS):
             conn.execute(sql, (doomed,))
     return ids

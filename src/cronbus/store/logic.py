@@ -134,7 +134,8 @@ def wakeups(state: RunState, concurrency_key: str | None = None) -> frozenset[st
 
     A run that waits for a worker (new, retried, requeued, lost) may be claimable or change the
     earliest due time that idle workers sleep towards; a run asked to cancel must be told by its
-    worker; a run with a concurrency key that stopped running lets the runs queued behind it go.
+    worker; a run with a concurrency key (a job's overlap key, or a limit key: pass either)
+    that stopped running lets the runs queued behind it go.
     """
     channels: set[str] = set()
     if state in sources(RunEvent.CLAIM) | sources(RunEvent.DUE):

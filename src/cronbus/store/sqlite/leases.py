@@ -184,7 +184,7 @@ class SqliteLeases(Connected):
                 change, decision = own_end(change, _tally(row))
                 if decision is Settle.REDUCE:
                     reducing.append((outcome.run_id, row[12]))
-            nudges.update(wakeups(change.state, row[5]))
+            nudges.update(wakeups(change.state, row[5] or row[14]))
             if change.state.terminal:
                 if row[4] is not None:
                     ended_jobs.append(outcome.run_id)

@@ -97,15 +97,15 @@ def run_row(run: NewRun, now: float) -> tuple[Any, ...]:
 
 
 def full_row(run: NewRun, now: float) -> tuple[Any, ...]:
-    """A new run's row with its distribution columns, for ``INSERT_FULL_RUN``: lists as JSON
-    text."""
-    values = distribution_values(run)
-    return (*new_run_values(run, now), now, now, *(_json(value) for value in values))
+    """A new run's row with its distribution columns, for ``INSERT_FULL_RUN``: the lists
+    (``route_labels``, ``route_order``, second and third) as JSON text."""
+    route, labels, order, *rest = distribution_values(run)
+    return (*new_run_values(run, now), now, now, route, _json(labels), _json(order), *rest)
 
 
-def _json(value: Any) -> Any:
-    """A list column's value as SQLite stores it (JSON text); other values as they are."""
-    return json.dumps(list(value)) if isinstance(value, tuple) else value
+def _json(value: tuple[str, ...] | None) -> str | None:
+    """A list column's value as SQLite stores it: JSON text, or NULL."""
+    return None if value is None else json.dumps(list(value))
 
 
 def finish_params(run_id: int, attempt_id: int, change: Finish, now: float) -> dict[str, Any]:

@@ -112,11 +112,11 @@ PAYLOADS = (
     "SELECT run_id, args, kwargs FROM run_payloads WHERE run_id IN (SELECT value FROM json_each(?))"
 )
 
-# With the run's place as a child and, for a fan-out parent, its counters (fanouts: total,
-# ended, succeeded, reduce spec, reduce run).
+# With the run's place as a child, for a fan-out parent its counters (fanouts: total, ended,
+# succeeded, reduce spec, reduce run), and its limit key (its end lets another run go).
 HELD = f"""
 SELECT r.id, r.attempt_id, r.state, r.eta, r.job_id, r.concurrency_key, r.fence, r.parent_id,
-    r.child_index, f.total, f.ended, f.succeeded, f.reduce_spec, f.reduce_run
+    r.child_index, f.total, f.ended, f.succeeded, f.reduce_spec, f.reduce_run, r.limit_key
 FROM runs r LEFT JOIN fanouts f ON f.run_id = r.id
 WHERE r.id IN (SELECT value FROM json_each(?))
   AND r.state IN {sql_in(ACTIVE)}

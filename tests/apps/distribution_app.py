@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cronbus import App, RunContext
+from cronbus import App
+from cronbus.run_context import RunContext
 from cronbus.task import Task
 
 OUT_ENV = "CRONBUS_TEST_DIST_OUT"

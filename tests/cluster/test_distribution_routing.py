@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 
 JOIN_KEYS = 10_000
 FAR = 3600.0  # an eta this far away: runs routed at defer, never executed in the test
+JOIN_LEASE = "15"
 STRANDED_DELAY = 1.0  # long enough to kill their worker before they are due
 
 
@@ -82,11 +83,13 @@ async def test_hash_sends_a_key_to_one_worker(app: App, fleet: Fleet) -> None:
 
 
 async def test_hash_join_moves_few_keys_all_to_the_new_worker(app: App, fleet: Fleet) -> None:
-    procs = [fleet.start(f"w{n}") for n in range(3)]
+    # A defer of 10,000 runs holds SQLite's write lock for seconds, heartbeats included: with
+    # a 2 s lease the workers would look dead and their runs be routed again meanwhile.
+    procs = [fleet.start(f"w{n}", lease=JOIN_LEASE) for n in range(3)]
     ids = await registered(app, fleet, *procs)
     calls = [[f"key-{n}"] for n in range(JOIN_KEYS)]
     before = await dist.hashed.defer_many_async(calls, delay=FAR)
-    newcomer = fleet.start("w3")
+    newcomer = fleet.start("w3", lease=JOIN_LEASE)
     (new_id,) = await registered(app, fleet, newcomer)
     after = await dist.hashed.defer_many_async(calls, delay=FAR)
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +55,9 @@ class Fleet:
         labels: Sequence[str] = (),
         concurrency: int = 4,
         lease: str = LEASE,
-        **env: str,
+        env: Mapping[str, str] | None = None,
     ) -> Proc:
-        """Start a worker serving the default queue."""
+        """Start a worker serving the default queue, with ``env`` added to its environment."""
         url = self.url
         if url.startswith("postgresql"):
             url = with_options(url, application_name=f"cronbus-{name}", pool_max=POOL_MAX)
@@ -67,7 +67,7 @@ class Fleet:
             dist.OUT_ENV: str(self.out),
             "CRONBUS_LEASE_SECONDS": lease,
             "CRONBUS_POLL_SECONDS": POLL,
-            **env,
+            **(env or {}),
         }
         command = [sys.executable, "-m", "cronbus", "worker", "--app", APP, "--store", url]
         command += ["--concurrency", str(concurrency), "--queues", "default"]

@@ -39,7 +39,7 @@ async def test_a_task_only_a_new_worker_knows_waits_for_it(app: App, fleet: Flee
     assert await app.store.unknown_tasks(time.time()) == ["dist.late"]
     assert not fleet.records("late")
 
-    new = fleet.start("w3", **{dist.LATE_ENV: "1"})
+    new = fleet.start("w3", env={dist.LATE_ENV: "1"})
     (new_id,) = await registered(app, fleet, new)
     run = await late.wait_async(timeout=30)
     assert run.state is RunState.SUCCEEDED

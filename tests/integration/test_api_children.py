@@ -1,4 +1,4 @@
-"""A fan-out parent and why runs wait, over real HTTP on a real SQLite file: ``GET
+"""A fan-out parent and why runs wait, over real HTTP on SQLite and PostgreSQL: ``GET
 /v1/runs/{id}`` shows a parent's counters, its first children and what it waits for;
 ``GET /v1/runs/{id}/children`` pages through every child once; ``GET /v1/workers/unknown-tasks``
 names the tasks no live worker knows; the waiting reasons of routed and limited runs; and the
@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from contract.pg import pg_store_url
 from cronbus import App
 from cronbus.client import RemoteServices
 from cronbus.model import (
@@ -48,10 +49,14 @@ def distribution_app(url: str) -> App:
     return app
 
 
-@pytest.fixture
-async def api(tmp_path: Path) -> AsyncIterator[Api]:
-    """The app's API over real HTTP on a fresh SQLite file."""
-    async with served(distribution_app(f"sqlite:///{tmp_path / 'api.db'}")) as found:
+@pytest.fixture(params=["sqlite", "postgres"])
+async def api(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Api]:
+    """The app's API over real HTTP on a fresh SQLite file or PostgreSQL schema."""
+    if request.param == "postgres":
+        url = await pg_store_url(request)
+    else:
+        url = f"sqlite:///{tmp_path / 'api.db'}"
+    async with served(distribution_app(url)) as found:
         yield found
 
 

@@ -49,7 +49,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from _common import (
     BENCH_DIR,
@@ -61,6 +61,7 @@ from _common import (
     print_table,
     report,
     report_group,
+    sqlite_path,
     wait_for_workers,
     worker_env,
 )
@@ -128,7 +129,9 @@ def slow() -> None:
 def _with_schema(server: str, schema: str) -> str:
     parts = urlsplit(server)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    return urlunsplit(parts._replace(query=urlencode({**query, "schema": schema})))
+    # quote, not quote_plus: libpq reads "+" as itself (e.g. in options=-c jit=off).
+    query_text = urlencode({**query, "schema": schema}, quote_via=quote)
+    return urlunsplit(parts._replace(query=query_text))
 
 
 @contextlib.contextmanager
@@ -272,12 +275,60 @@ async def map_reduce(url: str, kind: str, args: argparse.Namespace) -> Outcome:
         "concurrency": args.concurrency,
         "children": parent.children.total if parent.children else None,
         "items_per_s": round(args.items / seconds),
+        **_phases(url, parent.id, before, parent.finished_at),
         "reduce": "ok" if reduced == expected else "WRONG",
         "store": kind,
     }
     name = f"{kind} map-reduce {args.items:,} items"
     out.figures.append(report(Figure(BENCH, name, seconds, "s", settings, False)))
     return out
+
+
+_PHASES = (
+    "SELECT (SELECT min(started_at) FROM attempts WHERE run_id = %s), "
+    "(SELECT max(finished_at) FROM attempts WHERE run_id = %s), "
+    "min(a.started_at), max(a.finished_at) "
+    "FROM attempts a JOIN runs r ON r.id = a.run_id "
+    "WHERE r.parent_id = %s AND r.child_index IS NOT NULL"
+)
+
+
+def _phases(url: str, parent: int, deferred: float, ended: float) -> dict[str, float]:
+    """Where the time went, from the store's attempts: until the parent's body started
+    (``start_s``), its body (``map_s``: spawning the children), the children's attempts from
+    the first start to the last end (``children_s``), and from then to the parent's end
+    (``reduce_s``: the reduce run's wait and attempt)."""
+    row = _read(url, _PHASES, (parent, parent, parent))
+    if row is None or None in row:
+        return {}
+    body_start, body_end, first, last = (float(v) for v in row)
+    return {
+        "start_s": round(body_start - deferred, 2),
+        "map_s": round(body_end - body_start, 2),
+        "children_s": round(last - first, 2),
+        "reduce_s": round(ended - last, 2),
+    }
+
+
+def _read(url: str, query: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    """One row of a query on the store's own tables (SQLite or PostgreSQL)."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        import sqlite3
+
+        path = sqlite_path(url)
+        assert path is not None
+        with contextlib.closing(sqlite3.connect(path, timeout=30)) as conn:
+            found = conn.execute(query.replace("%s", "?"), params).fetchone()
+        return None if found is None else tuple(found)
+    import psycopg
+    from psycopg import sql
+
+    schema = dict(parse_qsl(parts.query)).get("schema", "cronbus")
+    with psycopg.connect(urlunsplit(parts._replace(query="")), autocommit=True) as conn:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        row = conn.execute(query.encode(), params).fetchone()
+    return None if row is None else tuple(row)
 
 
 async def keys_moved(url: str, kind: str, args: argparse.Namespace) -> Outcome:

@@ -77,6 +77,11 @@ async def admit_limited(tx: Tx, picks: list[Pick], space: int, now: float) -> li
         key: Window(window_start=start, used=used, max_starts=most, period=period)
         for key, start, used, most, period in (await reading.fetchall() if reading else [])
     }
+    # A claim whose time is behind a key's stored window (a claim with a later time counted
+    # there while this one waited for the lock) starts none of that key's runs: its start
+    # belongs to neither window, and writing its older window back would reset the newer one.
+    late = {key for key, window in stored.items() if window.window_start > now}
+    picks = [pick for pick in picks if pick.rate_key not in late]
     kept, windows = admit([_limited(pick) for pick in picks], running, stored, now)
     if windows:
         await tx.queue(PUT_WINDOWS, arrays(_WINDOW_COLUMNS, _window_rows(windows)))

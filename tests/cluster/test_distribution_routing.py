@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 JOIN_KEYS = 10_000
 FAR = 3600.0  # an eta this far away: runs routed at defer, never executed in the test
 JOIN_LEASE = "15"
-STRANDED_DELAY = 1.0  # long enough to kill their worker before they are due
+STRANDED_DELAY = 2.0  # long enough to kill their worker before they are due
 
 
 async def targets(app: App, run_ids: list[int]) -> dict[int, str | None]:

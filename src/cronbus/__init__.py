@@ -28,6 +28,7 @@ from .events.signing import generate_secret
 from .handle import RunHandle
 from .model import Attempt, ErrorInfo, Run
 from .retry import Retry
+from .run_context import RunContext
 from .states import AttemptOutcome, RunState
 from .task import Call, Task
 from .worker.engine import Worker
@@ -49,6 +50,7 @@ __all__ = [
     "InvalidTransitionError",
     "Retry",
     "Run",
+    "RunContext",
     "RunFailedError",
     "RunHandle",
     "RunNotFoundError",

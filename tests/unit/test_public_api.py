@@ -28,6 +28,7 @@ EXPECTED = {
     "InvalidTransitionError",
     "Retry",
     "Run",
+    "RunContext",
     "RunFailedError",
     "RunHandle",
     "RunNotFoundError",

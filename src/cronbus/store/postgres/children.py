@@ -62,20 +62,23 @@ class PostgresChildren(Connected):
         spec = encode_reduce(reduce) if reduce is not None else None
         held = {"id": parent.run_id, "attempt": parent.attempt_id, "fence": parent.fence}
         async with self._db.transaction() as tx:
-            # The parent's row first, then its counters: as its own completion locks them.
-            if not await tx.rows(fq.HOLDS_PARENT, held):
+            holding = await tx.queue(fq.HOLDS_PARENT, held)
+            params = {"id": parent.run_id, "indexes": [c.child_index for c in fresh]}
+            existing = await tx.queue(fq.EXISTING_CHILDREN, params)
+            if not await holding.fetchall():
                 raise LeaseLostError(
                     f"attempt {parent.attempt_id} no longer holds run {parent.run_id}; its "
                     "children were not created"
                 )
-            await tx.queue(fq.START_MAP, {"id": parent.run_id, "reduce": spec})
+            made = {row[0] for row in await existing.fetchall()}
+            new = [child for child in fresh if child.child_index not in made]
             added = 0
-            if fresh:
-                inserting = await insert_runs(tx, fresh, now)
+            if new:
+                inserting = await insert_runs(tx, new, now)
                 added = sum(1 for created, _ in await inserting.fetchall() if created)
-            if added:
-                await tx.queue(fq.ADD_CHILDREN, {"added": added, "id": parent.run_id})
                 tx.nudges.add(RUNS_CHANNEL)
+            params = {"id": parent.run_id, "added": added, "reduce": spec}
+            await tx.queue(fq.ADD_CHILDREN, params)
         return added
 
     async def list_children(

@@ -112,16 +112,26 @@ RETURNING r.id, r.parent_id, r.child_index
 """
 
 # -- spawn and children --------------------------------------------------------------------------
+# The parent is held FOR KEY SHARE: a cancel or the reaper waits for (or skips) it, while its
+# worker's heartbeat still renews its lease (see sql.HEARTBEAT).
 HOLDS_PARENT = f"""
 SELECT id FROM runs
 WHERE id = %(id)s AND attempt_id = %(attempt)s AND fence = %(fence)s AND state IN {sql_in(ACTIVE)}
-FOR UPDATE
+FOR KEY SHARE
 """
-START_MAP = """
-INSERT INTO fanouts (run_id, kind, total, reduce_spec) VALUES (%(id)s, 'map', 0, %(reduce)s)
-ON CONFLICT (run_id) DO UPDATE SET reduce_spec = coalesce(%(reduce)s, fanouts.reduce_spec)
+# Children already made (a retried body maps the same items): left out before the insert, so
+# it never waits on a child being completed (a unique check waits for its updater).
+EXISTING_CHILDREN = """
+SELECT child_index FROM runs
+WHERE parent_id = %(id)s AND child_index = ANY(%(indexes)b::int[])
 """
-ADD_CHILDREN = "UPDATE fanouts SET total = total + %(added)s WHERE run_id = %(id)s"
+# The counters last, so the spawn holds them (as each completing child does) only at its end.
+ADD_CHILDREN = """
+INSERT INTO fanouts (run_id, kind, total, reduce_spec)
+VALUES (%(id)s, 'map', %(added)s, %(reduce)s)
+ON CONFLICT (run_id) DO UPDATE SET total = fanouts.total + excluded.total,
+    reduce_spec = coalesce(excluded.reduce_spec, fanouts.reduce_spec)
+"""
 LIST_CHILDREN = f"""
 SELECT {RUN_COLUMNS} {RUN_FROM}
 WHERE r.parent_id = %(parent)s AND r.child_index IS NOT NULL AND r.child_index > %(after)s

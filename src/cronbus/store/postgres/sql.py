@@ -282,6 +282,8 @@ WHERE j.id = f.job_id AND {_AFTER_JOB}
 # other's row locks (taken in different orders) could deadlock. So the heartbeat renews the
 # leases nobody holds a lock on at that instant (the others are being completed, cancelled or
 # reaped; a lease is several heartbeats long) and reports every attempt the worker still holds.
+# A parent creating its children (spawn) holds its row FOR KEY SHARE, which this lock mode does
+# not conflict with: a long ctx.map keeps its lease (while the reaper's FOR UPDATE skips it).
 # The lease runs `lease` seconds of the server's clock from the heartbeat, whatever the
 # worker's clock says; its registry entry keeps the worker's own time, as every record does.
 # Each row also says whether the worker was asked to drain; a worker holding nothing gets one
@@ -294,7 +296,7 @@ renewed AS (
     UPDATE runs SET lease_expires = {_LEASE_NOW} + %(lease)s
     WHERE id IN (
         SELECT id FROM runs WHERE lease_owner = %(worker)s AND state IN {sql_in(ACTIVE)}
-        FOR UPDATE SKIP LOCKED)
+        FOR NO KEY UPDATE SKIP LOCKED)
 )
 SELECT r.id, r.attempt_id, r.state, r.fence,
     coalesce((SELECT drain_requested FROM seen), false)

@@ -36,7 +36,8 @@ WITH doomed AS (
     RETURNING id
 ),
 payloads AS (DELETE FROM run_payloads WHERE run_id IN (SELECT id FROM doomed)),
-attempts AS (DELETE FROM attempts WHERE run_id IN (SELECT id FROM doomed))
+attempts AS (DELETE FROM attempts WHERE run_id IN (SELECT id FROM doomed)),
+counters AS (DELETE FROM fanouts WHERE run_id IN (SELECT id FROM doomed))
 SELECT id FROM doomed ORDER BY id
 """
 # Each namespace's bound is read first, so that the listing is planned knowing it (an InitPlan's

@@ -379,38 +379,3 @@ SELECT least(
      WHERE state = {SCHEDULED} AND namespace = %(namespace)s AND queue = ANY(%(queues)b::text[])),
     ({FULL_WINDOW_ENDS}))
 """
-
-# -- workers -------------------------------------------------------------------------------------
-UPSERT_WORKER = """
-INSERT INTO workers (id, host, pid, queues, labels, concurrency, version, started_at,
-                     heartbeat_at, state, namespace, tasks, drain_requested, lease_seconds)
-VALUES (%s, %s, %s, %b::text[], %b::text[], %s, %s, %s, %s, %s, %s, %b::text[], %s, %s)
-ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
-    queues = excluded.queues, labels = excluded.labels, concurrency = excluded.concurrency,
-    version = excluded.version, started_at = excluded.started_at,
-    heartbeat_at = excluded.heartbeat_at, state = excluded.state,
-    namespace = excluded.namespace, tasks = excluded.tasks,
-    drain_requested = excluded.drain_requested, lease_seconds = excluded.lease_seconds
-"""
-REQUEST_DRAIN = "UPDATE workers SET drain_requested = true WHERE id = %s RETURNING id"
-SET_WORKER_STATE = "UPDATE workers SET state = %s, heartbeat_at = %s WHERE id = %s"
-# A worker that still owns a run keeps its row until the reaper has taken the run back.
-PRUNE_WORKERS = f"""
-DELETE FROM workers w WHERE w.heartbeat_at < %s
-AND NOT EXISTS (
-    SELECT 1 FROM runs r WHERE r.lease_owner = w.id AND {sql_match("r.state", ACTIVE)}
-)
-RETURNING w.id
-"""
-_WORKERS = f"""
-SELECT w.id, w.host, w.pid, w.queues, w.labels, w.concurrency, w.version, w.started_at,
-    w.heartbeat_at, w.state,
-    ARRAY(SELECT r.id FROM runs r
-          WHERE r.lease_owner = w.id AND r.state IN {sql_in(ACTIVE)} ORDER BY r.id),
-    w.namespace, w.tasks, w.drain_requested, w.lease_seconds
-FROM workers w"""
-LIST_WORKERS = f"""{_WORKERS}
-WHERE %(namespace)s::text IS NULL OR w.namespace = %(namespace)s
-ORDER BY w.started_at DESC
-"""
-GET_WORKER = f"{_WORKERS} WHERE w.id = %(id)s"

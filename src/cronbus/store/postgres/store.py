@@ -19,10 +19,18 @@ Tables live in one schema (URL option ``schema``, default ``cronbus``), set as e
 ``search_path``; notification channels are named after the schema, so that two schemas in one
 database (tests, tenants) neither share rows nor wake each other.
 
+Distribution (routes, limits, fan-out) costs nothing on the plain path: a run without a route,
+limit or parent is inserted, claimed and completed by the same statements as before it existed.
+Otherwise, in the same transactions: :mod:`.inserts` routes (:mod:`.routing`) and expands
+(:mod:`.fanout`) new runs, the claim admits limited runs under advisory locks per key
+(:mod:`.limits`), every path that ends a run counts it at its parent (:mod:`.fanout`, lock order
+in :mod:`.fanout_sql`), and :mod:`.children` and :mod:`.requeue` keep families whole.
+
 :class:`PostgresStore` is its roles put together (one mixin per role of :mod:`cronbus.store.ports`,
 each in the module of that name) over the pool of :mod:`.connection`; this module opens and closes
-it. The SQL is named in :mod:`.sql`, :mod:`.jobs_sql` and :mod:`.events_sql`; the pure builders of
-parameters are in :mod:`.rows`, the URL in :mod:`.url`, the listening connection in :mod:`.wake`.
+it. The SQL is named in :mod:`.sql`, :mod:`.insert_sql`, :mod:`.fanout_sql`, :mod:`.jobs_sql` and
+:mod:`.events_sql` (and in the modules that alone use it); the pure builders of parameters are in
+:mod:`.rows`, the URL in :mod:`.url`, the listening connection in :mod:`.wake`.
 """
 
 from __future__ import annotations

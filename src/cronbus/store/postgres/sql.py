@@ -89,16 +89,26 @@ WHERE id IN (
 # the tasks the worker knows (None: any), targeted at nobody or at it, needing no label it lacks,
 # and under their limits (a saturated key or a full rate window leaves its runs queued without
 # holding back the others; the claim then admits, under the keys' locks, what fits) are taken.
-_UNDER_LIMIT = f"""
-    (SELECT count(*) FROM runs b
-     WHERE b.limit_key = r.limit_key AND b.state IN {sql_in(ACTIVE)}) < r.limit_max
+# The active runs per limit key and the full rate windows are read once per claim, and only when
+# a candidate has a limit (an InitPlan runs when first needed), so a long line of runs of a
+# saturated key costs a lookup in an array each, not a subquery.
+_LIMITED = f"""
+busy AS (
+    SELECT array_agg(limit_key) AS keys, array_agg(n) AS counts
+    FROM (SELECT limit_key, count(*) AS n FROM runs
+          WHERE limit_key IS NOT NULL AND state IN {sql_in(ACTIVE)}
+          GROUP BY limit_key) AS active
+),
+full_windows AS (
+    SELECT array_agg(key) AS keys FROM rate_windows
+    WHERE window_start <= %(now)s AND window_start + period > %(now)s AND used >= max_starts
+),"""
+_UNDER_LIMIT = """
+    coalesce(
+        (SELECT counts FROM busy)[array_position((SELECT keys FROM busy), r.limit_key)], 0
+    ) < r.limit_max
 """
-_UNDER_RATE = """
-    NOT EXISTS (
-        SELECT 1 FROM rate_windows w
-        WHERE w.key = r.rate_key AND w.window_start <= %(now)s
-            AND w.window_start + w.period > %(now)s AND w.used >= r.rate_max)
-"""
+_UNDER_RATE = "array_position((SELECT keys FROM full_windows), r.rate_key) IS NULL"
 _READY = f"""
     r.state = {QUEUED} AND r.namespace = %(namespace)s AND r.queue = s.queue
     AND (r.target_worker IS NULL OR r.target_worker = %(worker)s)
@@ -122,7 +132,8 @@ _READY_ORDER = "r.lane, r.priority DESC, r.eta, r.id"
 # leftovers locked until the commit when several queues filled their share, which only hides
 # them from other claimers for a moment.
 PICK = f"""
-WITH shares AS (
+WITH {_LIMITED}
+shares AS (
     SELECT queue, least(lim, coalesce(most, lim)) AS lim, most, ord
     FROM unnest(%(queues)b::text[], %(limits)b::int[], %(mosts)b::int[])
         WITH ORDINALITY AS s(queue, lim, most, ord)

@@ -150,6 +150,15 @@ def test_admit_rate_full_window_resets_at_the_boundary() -> None:
     assert windows["r"] == Window(window_start=180.0, used=3, max_starts=3, period=60.0)
 
 
+def test_admit_a_claim_behind_the_stored_window_starts_none_of_its_runs() -> None:
+    # Another claim with a later clock opened the window at 180; this one, at 170, would
+    # otherwise count in a fresh window at 120 and write it back over the newer one.
+    stored = {"r": Window(window_start=180.0, used=1, max_starts=3, period=60.0)}
+    kept, windows = admit([limited("r", rate="3/m"), Limited()], {}, stored, 170.0)
+    assert kept == [1]
+    assert windows == {}
+
+
 def test_admit_returns_only_windows_used() -> None:
     stored = {
         "r": Window(window_start=0.0, used=0, max_starts=5, period=60.0),

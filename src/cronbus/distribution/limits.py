@@ -133,6 +133,8 @@ def admit(
     used: dict[str, Window] = {}
     kept: list[int] = []
     for index, run in enumerate(picked):
+        if _late(run, windows, now):
+            continue
         window = _window(run, used, windows, now)
         if _saturated(run, active) or (window is not None and window.full):
             continue
@@ -142,6 +144,16 @@ def admit(
         if window is not None and run.rate_key is not None:
             used[run.rate_key] = dataclasses.replace(window, used=window.used + 1)
     return kept, used
+
+
+def _late(run: Limited, stored: Mapping[str, Window], now: float) -> bool:
+    """Whether a claim's time is behind the run's stored rate window: a claim with a later time
+    counted starts in a newer window already, so this one belongs to neither, and writing its
+    older window back would reset the newer one's count. Its runs wait for the next claim."""
+    if run.rate_key is None:
+        return False
+    window = stored.get(run.rate_key)
+    return window is not None and window.window_start > now
 
 
 def _saturated(run: Limited, active: Mapping[str, int]) -> bool:

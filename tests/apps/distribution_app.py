@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cronbus import App
-from cronbus.run_context import RunContext
+from cronbus import App, RunContext
 from cronbus.task import Task
 
 OUT_ENV = "CRONBUS_TEST_DIST_OUT"

@@ -136,6 +136,19 @@ async def all_succeeded(
     await poll(done, timeout, every=0.1, what=f"{len(run_ids)} runs succeeded")
 
 
+async def stopped(fleet: Fleet, proc: Proc, timeout: float = 20.0) -> None:
+    """Wait until ``proc`` exited with status 0 (after SIGTERM), saying why not otherwise."""
+
+    async def exited() -> bool:
+        return not proc.alive
+
+    try:
+        await poll(exited, timeout, every=0.05, what=f"{proc.name} exited")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{fleet.outputs()}") from None
+    assert proc.popen.returncode == 0, fleet.outputs()
+
+
 def by_pid(ids: Sequence[str], procs: Sequence[Proc]) -> dict[int, str]:
     """Worker id by process id."""
     return {proc.pid: worker for worker, proc in zip(ids, procs, strict=True)}

@@ -14,8 +14,7 @@ import pytest
 from apps import distribution_app as dist
 from cronbus import App, AttemptOutcome, RunState
 
-from .conftest import wait_exit
-from .distribution_harness import Fleet, app, by_pid, dist_url, fleet, registered
+from .distribution_harness import Fleet, app, by_pid, dist_url, fleet, registered, stopped
 from .pg_conftest import poll
 
 __all__ = ["app", "dist_url", "fleet"]  # fixtures
@@ -33,8 +32,11 @@ async def test_broadcast_reaches_every_live_worker_once(app: App, fleet: Fleet) 
     ]
     gone = fleet.start("w3", labels=["gpu"])
     ids = await registered(app, fleet, *procs, gone)
-    gone.signal(signal.SIGTERM)  # registered, then stopped: not live, so not reached
-    assert await wait_exit(gone.popen, 20) == 0, fleet.outputs()
+    # It ran a run (so it is past its start-up), then stopped: not live, so not reached.
+    await dist.where.using(route="failover", failover=[ids[3]]).defer_async("gone")
+    await poll(lambda: _ran(fleet, "gone"), 30, what="w3 ran a run")
+    gone.signal(signal.SIGTERM)
+    await stopped(fleet, gone)
     pids = by_pid(ids[:3], procs)
 
     everyone = await dist.hello.defer_async(broadcast=True)
@@ -116,3 +118,7 @@ async def test_map_reduce_of_10000_items(app: App, fleet: Fleet) -> None:
     assert run.children.succeeded == run.children.ended == run.children.total
     assert (await app.store.get_run(run.children.reduce_run_id)).result == expected
     assert run.result == expected
+
+
+async def _ran(fleet: Fleet, key: str) -> bool:
+    return any(r["key"] == key for r in fleet.records("where"))

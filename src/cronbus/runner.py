@@ -64,6 +64,7 @@ async def serve(
     labels: Sequence[str] = (),
     install_signals: bool = True,
     api: ApiRole | None = None,
+    name: str | None = None,
 ) -> int:
     """Open ``app`` and run the chosen roles until a stop signal, then close it.
 
@@ -71,7 +72,7 @@ async def serve(
     """
     async with app:
         roles = Roles(
-            worker=Worker(app, queues=queues, concurrency=concurrency, labels=labels)
+            worker=Worker(app, queues=queues, concurrency=concurrency, labels=labels, name=name)
             if worker
             else None,
             scheduler=Scheduler(app) if scheduler else None,
@@ -247,6 +248,7 @@ def run(
     dispatcher: bool = False,
     labels: Sequence[str] = (),
     api: ApiRole | None = None,
+    name: str | None = None,
 ) -> int:
     """Blocking form of :func:`serve`, with signal handlers; returns what ``serve`` returns."""
     return asyncio.run(
@@ -260,5 +262,6 @@ def run(
             dispatcher=dispatcher,
             labels=labels,
             api=api,
+            name=name,
         )
     )

@@ -22,7 +22,7 @@ from ..app import NAMESPACE_VARIABLE, App
 from ..errors import ConfigurationError, InvalidArgumentError
 from ..fairness import EVERY_QUEUE, parse_queues
 from ..store import StoreFaultError
-from ..validation import check_namespace
+from ..validation import check_label, check_namespace
 from ..worker.serving import check_labels
 from .loading import CliError, app_options, resolve_app
 
@@ -91,6 +91,12 @@ def _role_options(fn: FC) -> FC:
             "need labels (a task's labels=, a broadcast's) go only to workers carrying them all.",
         ),
         click.option(
+            "--name",
+            metavar="ID",
+            help="The worker's id in the registry (a fail-over route names workers by it). "
+            "Default: HOST-PID-RANDOM, new at each start.",
+        ),
+        click.option(
             "--log-level",
             type=click.Choice(_LEVELS, case_sensitive=False),
             default="INFO",
@@ -126,6 +132,7 @@ def server(
     queues: str | None,
     concurrency: int | None,
     labels: str,
+    name: str | None,
     log_level: str,
     api_host: str,
     api_port: int,
@@ -143,6 +150,7 @@ def server(
         concurrency,
         labels,
         log_level,
+        name=name,
         startup=True,
         scheduler=True,
         dispatcher=True,
@@ -159,6 +167,7 @@ def worker(
     queues: str | None,
     concurrency: int | None,
     labels: str,
+    name: str | None,
     log_level: str,
 ) -> None:
     """Run a worker only: claim runs from the queues and execute them.
@@ -167,7 +176,7 @@ def worker(
     are left to `cronbus server`. Stop it with SIGTERM or Ctrl-C as for the server.
     """
     app = _load(app_spec, store_url, namespace)
-    _run_role(app, queues, concurrency, labels, log_level, startup=False)
+    _run_role(app, queues, concurrency, labels, log_level, name=name, startup=False)
 
 
 @click.command()
@@ -220,6 +229,7 @@ def _run_role(
     labels: str,
     log_level: str,
     *,
+    name: str | None = None,
     startup: bool,
     scheduler: bool = False,
     dispatcher: bool = False,
@@ -234,6 +244,11 @@ def _run_role(
         chosen = check_labels(labels)
     except ConfigurationError as exc:
         raise CliError(f"--labels: {exc}") from None
+    if name is not None:
+        try:
+            name = check_label(name, "--name")
+        except InvalidArgumentError as exc:
+            raise CliError(str(exc)) from None
     api_server = _api_server(app, *api, log_level) if api is not None else None
     setup_logging(log_level)
     _serve(
@@ -245,6 +260,7 @@ def _run_role(
         dispatcher=dispatcher,
         labels=chosen,
         api=api_server,
+        name=name,
     )
 
 

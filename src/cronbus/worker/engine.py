@@ -44,6 +44,8 @@ log = logging.getLogger("cronbus.worker")
 _RETRY_STORE_SECONDS = 0.5
 _FOREVER = 3600.0
 _RECORD_RETRIES = (0.1, 0.5, 1.0, 2.0, 5.0)
+_CANCEL_AGAIN_SECONDS = 0.5
+"""How long a stopping worker waits for its helper tasks before cancelling them again."""
 
 
 @dataclass(slots=True)
@@ -144,9 +146,7 @@ class Worker:
             await self.run_events.drain()
             await self._release_threads()
         finally:
-            for helper in helpers:
-                helper.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
+            await _cancel_all(helpers)
             await runs.close()
             await control.close()
             self.executor.shutdown()
@@ -421,6 +421,20 @@ class Worker:
         orphans = self.holdings.orphans(held)
         if orphans:
             await give_up_orphans(self.store, self.id, orphans, self.app.clock.now())
+
+
+async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait until every one has ended.
+
+    A cancel can be swallowed: ``asyncio.wait_for`` on Python 3.11 (inside psycopg_pool's
+    ``getconn``) drops one that arrives as its inner wait completes, and the task carries on.
+    Cancelling again until each has ended keeps a stopping worker from waiting forever.
+    """
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=_CANCEL_AGAIN_SECONDS)
 
 
 async def _first(*waits: Coroutine[Any, Any, Any], timeout: float | None = None) -> None:

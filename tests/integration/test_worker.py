@@ -73,7 +73,7 @@ async def test_cancel_a_running_run(app: App, worker: Worker, tmp_path: Path) ->
     handle = await tasks.wait_for_cancel.defer_async(str(path), 60.0)
     await until(lambda: _true(path.exists()))
     assert await handle.cancel_async() is RunState.CANCELLING
-    run = await handle.wait_async(5, raise_error=False)
+    run = await handle.wait_async(30, raise_error=False)
     assert run.state is RunState.CANCELLED
     (attempt,) = await app.store.list_attempts(handle.id)
     assert attempt.outcome is AttemptOutcome.CANCELLED

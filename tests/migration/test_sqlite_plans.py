@@ -6,6 +6,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from cronbus.store import open_store
 from cronbus.store.sqlite import jobs_sql
 from cronbus.store.sqlite import sql as q
@@ -29,10 +31,23 @@ async def test_due_jobs_use_the_next_fire_index(tmp_path: Path) -> None:
     assert "SCAN jobs" not in plan.replace("USING INDEX", "")
 
 
-async def test_the_claim_uses_the_ready_index(tmp_path: Path) -> None:
-    params = {"namespace": "default", "queue": "q", "worker": "w", "limit": 10, "offset": 0}
-    plan = await plan_of(tmp_path / "p.db", q.SELECT_READY, params)
+@pytest.mark.parametrize(("tasks", "labels"), list(q.SELECT_READY), ids=str)
+async def test_the_claim_uses_the_ready_index(tmp_path: Path, tasks: bool, labels: bool) -> None:
+    # Every form of the pick (naming the worker's tasks or not, with labels or not) walks the
+    # ready index in claim order, whatever the task and label tests add.
+    params = {
+        "namespace": "default",
+        "queue": "q",
+        "worker": "w",
+        "limit": 10,
+        "offset": 0,
+        "now": 0.0,
+        "tasks": '["t"]',
+        "labels": '["gpu"]',
+    }
+    plan = await plan_of(tmp_path / "p.db", q.SELECT_READY[tasks, labels], params)
     assert "USING INDEX runs_ready" in plan
+    assert "USE TEMP B-TREE FOR ORDER BY" not in plan
 
 
 async def test_promotion_uses_the_due_index(tmp_path: Path) -> None:

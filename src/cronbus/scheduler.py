@@ -182,7 +182,14 @@ class Scheduler:
         self._calendars_read = time.monotonic()
 
     async def _idle_timeout(self) -> float:
-        following = await self.app.store.next_job_fire()
+        """How long to sleep: until the next planned fire is within the lookahead, at most
+        ``poll_seconds``. A store that fails here (a server restarting) is looked at again
+        after the poll, as a failed tick is: the scheduler must not stop for it."""
+        try:
+            following = await self.app.store.next_job_fire()
+        except Exception:
+            log.warning("reading the next fire failed; looking again in %gs", self.poll_seconds)
+            return self.poll_seconds
         if following is None:
             return self.poll_seconds
         wait = following - self.lookahead - self.app.clock.now()

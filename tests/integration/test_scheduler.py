@@ -239,3 +239,15 @@ async def test_after_jobs_keep_their_end_bound_and_paused_jobs_plan_nothing(
         assert (await app.jobs.resume("later")).next_fire_at == T0 + 10
         with pytest.raises(Exception, match="never fire"):
             await app.jobs.add("past", work, at=T0 - 5)
+
+
+async def test_a_store_failing_between_passes_does_not_stop_the_scheduler(sqlite_url: str) -> None:
+    # The read of the next fire comes after a pass, outside its retry: a server restarting
+    # there once ended a PostgreSQL scheduler. Now it is looked at again after the poll.
+    app = make_app(sqlite_url)
+    async with app:
+        scheduler = Scheduler(app, poll_seconds=0.5)
+        await app.store.close()
+        assert await scheduler._idle_timeout() == 0.5
+        await app.store.open()
+        assert await scheduler._idle_timeout() <= 0.5

@@ -175,7 +175,13 @@ picked AS (
 SELECT p.id, p.attempts, p.used, p.task, p.queue, p.max_attempts, p.timeout, p.eta,
     p.concurrency_key, p.overlap, p.job_id, pl.args, pl.kwargs, p.limit_key, p.limit_max,
     p.rate_key, p.rate_max, p.rate_period, p.parent_id, p.child_index, p.shard_total
-FROM picked p LEFT JOIN run_payloads pl ON pl.run_id = p.id
+FROM picked p
+-- One index probe per picked run: as a plain join, the planner (which cannot know how few rows
+-- the lateral picks give) hashed the whole of run_payloads on every claim, 35-125 ms with
+-- 100,000 runs queued.
+LEFT JOIN LATERAL (
+    SELECT x.args, x.kwargs FROM run_payloads x WHERE x.run_id = p.id LIMIT 1
+) pl ON true
 ORDER BY p.pass, p.ord, p.lane, p.priority DESC, p.eta, p.id
 LIMIT %(limit)s
 """
@@ -193,7 +199,9 @@ started AS (
         lease_expires = {_LEASE_NOW} + %(lease)s, attempt_id = c.attempt_id, fence = c.fence,
         updated_at = %(now)s
     FROM chosen c
-    WHERE r.id = c.id AND r.state = {QUEUED}
+    -- "= ANY" too: without it the planner, guessing 100 rows for the unnest, may join by
+    -- scanning every run (40-70 ms with 100,000 queued) instead of probing the primary key.
+    WHERE r.id = c.id AND r.id = ANY(%(ids)b::bigint[]) AND r.state = {QUEUED}
     RETURNING r.id, r.attempt_id, r.attempts, r.fence
 )
 INSERT INTO attempts (id, run_id, number, worker_id, started_at, fence)

@@ -63,7 +63,7 @@ def fast() -> str:
 async def shop(tmp_path: Path) -> AsyncIterator[App]:
     """The module's app on a fresh SQLite file; the gate closed, the counts zero."""
     app.use_store(f"sqlite:///{tmp_path / 'slots.db'}")
-    app.settings = Settings(lease_seconds=3.0, poll_seconds=0.5, grace_seconds=5.0)
+    app.settings = Settings(lease_seconds=10.0, poll_seconds=0.5, grace_seconds=5.0)
     gate.clear()
     running.now = running.most = 0
     async with app:
@@ -93,11 +93,11 @@ async def test_a_slow_queue_leaves_a_slot_for_a_fast_one(shop: App, queues: str)
     worker, task = await serve(queues)
     try:
         # The * worker learns of the fast queue by serving it once.
-        assert (await (await fast.defer_async()).wait_async(10)).result == "quick"
+        assert (await (await fast.defer_async()).wait_async(30)).result == "quick"
         slows = [await slow.defer_async() for _ in range(6)]
-        await until(lambda: _running(3), 10)
+        await until(lambda: _running(3), 30)
         quick = await fast.defer_async()
-        assert (await quick.wait_async(10)).result == "quick"
+        assert (await quick.wait_async(30)).result == "quick"
         # The fast run went through the kept slot while the slow ones still held theirs.
         assert running.now == 3
         assert running.most == 3

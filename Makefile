@@ -5,7 +5,10 @@ STAMP := $(VENV)/.installed
 # Test processes side by side: most tests wait on subprocesses, sockets and fsync, not on a core.
 TEST_WORKERS ?= 3
 
-.PHONY: demo test check lint typecheck bench clean
+# The console's browser tests drive Debian's Chromium (no browser download).
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: demo test check lint typecheck bench clean console-assets
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -16,7 +19,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)  ## run `cronbus server` with the demo app on an embedded SQLite file
 	$(VENV)/bin/cronbus server --app cronbus.demo:app --store sqlite:///./demo.db
 
-test: $(STAMP)  ## lint, type-check and run the whole test suite
+$(CHROMIUM):
+	apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q chromium)
+
+test: $(STAMP) $(CHROMIUM)  ## lint, type-check and run the whole test suite
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -27,6 +33,10 @@ check: test
 
 bench: $(STAMP)  ## print throughput and latency figures
 	$(PY) bench/run.py
+
+console-assets:  ## refresh the console's vendored htmx from npm (not needed to build or test)
+	cd /tmp && npm pack htmx.org@2 >/dev/null && tar xzf htmx.org-2*.tgz package/dist/htmx.min.js
+	cp /tmp/package/dist/htmx.min.js src/cronbus/console/static/vendor/htmx.min.js
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo.db*

@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from .. import console
 from .._version import __version__
 from ..app import App
 from . import problems
@@ -65,6 +66,7 @@ def create_api(app: App, settings: ApiSettings | None = None) -> FastAPI:
     api.add_middleware(BodyLimit, max_bytes=chosen.max_body)
     for router in ROUTERS:
         api.include_router(router, prefix="/v1")
+    console.install(api)
     return api
 
 

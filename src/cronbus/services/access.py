@@ -71,6 +71,9 @@ class Access:
     scope: Scope
     namespaces: frozenset[str] | None = None
     token_id: str | None = None
+    payloads: bool = True
+    """True when it may read run arguments and results (a token made without the payloads
+    permission sees them redacted)."""
 
     @classmethod
     def of(

@@ -1,0 +1,7 @@
+"""Console section: dead_letters (being built)."""
+
+from __future__ import annotations
+
+from .common import console_router
+
+router = console_router()

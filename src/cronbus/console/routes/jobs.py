@@ -1,0 +1,7 @@
+"""Console section: jobs (being built)."""
+
+from __future__ import annotations
+
+from .common import console_router
+
+router = console_router()

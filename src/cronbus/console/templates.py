@@ -117,6 +117,7 @@ def page(
     partial: str | None = None,
     status: int = 200,
     title: str = "",
+    nav: str = "",
     **context: Any,
 ) -> HTMLResponse:
     """A whole page, or only ``partial`` when htmx asks for a refresh of it.
@@ -134,6 +135,7 @@ def page(
         request=request,
         session=session,
         title=title,
+        nav=nav,
         notice=request.query_params.get("notice", ""),
         **context,
     )

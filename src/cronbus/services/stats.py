@@ -41,51 +41,63 @@ class Bucket:
     total: int = 0
 
 
-class _Cache:
-    """Figures by key, each computed at most once per :data:`TTL`, shared process-wide."""
+class SharedCache:
+    """Values by key, each computed at most once per its time to live, shared process-wide.
+
+    Concurrent callers of a missing or stale key wait for one computation instead of each
+    starting their own; a value long stale is dropped, so keys that change over time (a minute,
+    a namespace nobody looks at any more) do not pile up in a server that runs for weeks.
+    """
 
     def __init__(self) -> None:
-        self._values: dict[tuple[Any, ...], tuple[float, Any]] = {}
+        self._values: dict[tuple[Any, ...], tuple[float, float, Any]] = {}
         self._locks: dict[tuple[Any, ...], asyncio.Lock] = {}
 
-    async def get(self, key: tuple[Any, ...], compute: Callable[[], Awaitable[T]]) -> T:
+    async def get(
+        self, key: tuple[Any, ...], compute: Callable[[], Awaitable[T]], ttl: float = TTL
+    ) -> T:
+        """The value of ``key``: the one computed less than ``ttl`` seconds ago, else
+        ``compute()``'s (one computation for every concurrent caller)."""
         hit = self._fresh(key)
         if hit is not None:
-            return hit[1]  # type: ignore[no-any-return]
+            return hit[2]  # type: ignore[no-any-return]
         # A lock belongs to one event loop; tests and tools may run several in turn.
         lock = self._locks.setdefault((id(asyncio.get_running_loop()), *key), asyncio.Lock())
         async with lock:
             hit = self._fresh(key)  # another caller may have computed it meanwhile
             if hit is not None:
-                return hit[1]  # type: ignore[no-any-return]
+                return hit[2]  # type: ignore[no-any-return]
             value = await compute()
-            self._values[key] = (time.monotonic(), value)
+            self._values[key] = (time.monotonic(), ttl, value)
             self._forget_stale()
             return value
 
     def _forget_stale(self) -> None:
-        """Drop figures long stale (a server runs for weeks; per-minute keys change every
-        minute) and the locks nobody holds."""
+        """Drop values long stale and the locks nobody holds."""
         now = time.monotonic()
-        for key in [k for k, (at, _) in self._values.items() if now - at > _FORGET_AFTER]:
+        stale = [
+            k for k, (at, ttl, _) in self._values.items() if now - at > max(ttl, _FORGET_AFTER)
+        ]
+        for key in stale:
             del self._values[key]
         for key in [k for k, lock in self._locks.items() if not lock.locked()]:
             if key[1:] not in self._values:
                 del self._locks[key]
 
-    def _fresh(self, key: tuple[Any, ...]) -> tuple[float, Any] | None:
+    def _fresh(self, key: tuple[Any, ...]) -> tuple[float, float, Any] | None:
         hit = self._values.get(key)
-        if hit is None or time.monotonic() - hit[0] > TTL:
+        if hit is None or time.monotonic() - hit[0] > hit[1]:
             return None
         return hit
 
     def clear(self) -> None:
-        """Forget every figure (tests that change the store and read at once)."""
+        """Forget every value (tests that change the store and read at once)."""
         self._values.clear()
 
 
-CACHE = _Cache()
-"""The process's figures, shared by every :class:`StatsService`."""
+CACHE = SharedCache()
+"""The process's figures, shared by every :class:`StatsService` (and the console's
+:func:`cronbus.console.cache.shared`)."""
 
 
 class StatsService:

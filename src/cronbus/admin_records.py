@@ -49,6 +49,8 @@ class TokenRecord:
     expires_at: float | None = None
     revoked_at: float | None = None
     last_used_at: float | None = None
+    payloads: bool = True
+    """Whether the token sees runs' arguments and results (False: the services redact them)."""
 
     def live(self, now: float) -> bool:
         """True if the token is neither revoked nor expired at ``now``."""

@@ -10,10 +10,12 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import InvalidArgumentError
 from .states import AttemptOutcome, RunState
 
 JSON = Any
@@ -325,6 +327,71 @@ class RunFilter:
     """Runs created at or after this time only."""
     created_before: float | None = None
     """Runs created before this time only."""
+    args: Sequence[tuple[str, JSON]] = ()
+    """Payload matches, all of which a run must meet: ``("user", 42)`` is ``kwargs["user"] ==
+    42``, and a key of digits only names a positional argument (``("0", "a")``: ``args[0] ==
+    "a"``). Equality is JSON's: ``42`` matches ``42`` and ``42.0`` but not ``"42"``, ``true``
+    not ``1``, ``null`` only a value given as null (not a missing one), objects by their keys
+    and values whatever their order, arrays element by element."""
+
+    def __post_init__(self) -> None:
+        for match in self.args:
+            check_match(match)
+
+
+_INT64 = 2**63
+"""Integers a match may name: both stores compare payload numbers within 64 bits."""
+_MOST_ARGS = 2**31
+"""Positional indexes a match may name (PostgreSQL's JSON arrays are indexed by int4)."""
+
+
+def check_match(match: tuple[str, JSON]) -> None:
+    """Refuse a payload match (:attr:`RunFilter.args`) that no stored payload could equal:
+    a key that is not a non-empty string, or a value that is not plain JSON (non-finite
+    numbers, integers beyond 64 bits, the NUL character, keys that are not strings)."""
+    key, value = match
+    if not isinstance(key, str) or not key:
+        raise InvalidArgumentError(f"args: a match's key must be a non-empty string, not {key!r}")
+    if key.isascii() and key.isdigit() and int(key) >= _MOST_ARGS:
+        raise InvalidArgumentError(f"args.{key}: a positional index must be below {_MOST_ARGS}")
+    _check_json(key, value)
+
+
+def _check_json(key: str, value: JSON) -> None:
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not -_INT64 <= value < _INT64:
+            raise InvalidArgumentError(f"args.{key}: {value} is beyond 64-bit integers")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidArgumentError(f"args.{key}: {value} is not a JSON number")
+    elif isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidArgumentError(f"args.{key}: a value cannot hold the NUL character")
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _check_json(key, item)
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            if not isinstance(name, str) or "\x00" in name:
+                raise InvalidArgumentError(f"args.{key}: object keys must be strings, not {name!r}")
+            _check_json(key, item)
+    else:
+        raise InvalidArgumentError(f"args.{key}: {type(value).__name__} is not a JSON value")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueDepth:
+    """How many runs of one queue are in one live state (the console's queue depths)."""
+
+    queue: str
+    state: RunState
+    """One of scheduled, queued, running, cancelling, waiting."""
+    count: int
+    """Always above 0: a queue with no run in a state has no depth for it."""
+    oldest: float | None
+    """The earliest ``eta`` of those runs: for queued runs, since when the oldest is due."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..events.records import (
     Appended,
@@ -45,6 +45,7 @@ from ..model import (
     JobSpec,
     NewRun,
     Outcome,
+    QueueDepth,
     Run,
     RunFilter,
     WorkerInfo,
@@ -176,6 +177,27 @@ class Runs(Protocol):
         queued runs, and scheduled runs already due (a claim promotes them). A worker serving
         every queue shares its claims among these; the cost grows with the number of queues,
         not of runs."""
+
+
+class Overview(Protocol):
+    """What the web console's overview and job pages read: queue depths, the scheduler's lag
+    and each job's latest runs, each one bounded statement over an index."""
+
+    async def queue_depths(self, namespace: str) -> list[QueueDepth]:
+        """How many runs of ``namespace`` each queue holds in each live state (scheduled,
+        queued, running, cancelling, waiting), with the earliest ``eta`` among them; only
+        (queue, state) pairs that hold runs, by queue then in the order of a run's life."""
+
+    async def fire_lags(self, namespace: str, since: float, limit: int = 1000) -> list[float]:
+        """How late the scheduler created each job run of ``namespace`` (``created_at -
+        fire_at``, seconds) among the runs fired by jobs and created at or after ``since``:
+        newest first, at most ``limit``."""
+
+    async def recent_job_runs(
+        self, namespace: str, job_ids: Sequence[int], per_job: int
+    ) -> dict[int, list[tuple[int, RunState]]]:
+        """Each job's newest ``per_job`` runs in ``namespace`` as ``(run id, state)``, newest
+        first, in one statement; every job asked for is a key (no runs: an empty list)."""
 
 
 class RunLeases(Protocol):
@@ -490,5 +512,35 @@ class EventStore(Events, Subscriptions, SubscriptionLeases, Protocol):
     """What every store provides for the event bus."""
 
 
-class Store(Lifecycle, Runs, RunLeases, Jobs, Workers, WakeUps, EventStore, Admin, Protocol):
+class Store(
+    Lifecycle, Runs, Overview, RunLeases, Jobs, Workers, WakeUps, EventStore, Admin, Protocol
+):
     """What every store backend provides: every role (the admin ones in :mod:`.admin_ports`)."""
+
+
+# -- what both backends share --------------------------------------------------------------
+LIVE_STATES: tuple[RunState, ...] = (
+    RunState.SCHEDULED,
+    RunState.QUEUED,
+    RunState.RUNNING,
+    RunState.CANCELLING,
+    RunState.WAITING,
+)
+"""The states :meth:`Overview.queue_depths` counts, in the order of a run's life (``failed`` is
+never stored: a failed attempt moves its run on in the same transaction)."""
+
+
+def queue_depths_from_rows(rows: Sequence[tuple[Any, ...]]) -> list[QueueDepth]:
+    """Queue depths from ``(queue, state, count, oldest eta)`` rows, by queue then state."""
+    order = {state: n for n, state in enumerate(LIVE_STATES)}
+    depths = [
+        QueueDepth(
+            queue=queue,
+            state=RunState(state),
+            count=int(count),
+            oldest=None if oldest is None else float(oldest),
+        )
+        for queue, state, count, oldest in rows
+        if count
+    ]
+    return sorted(depths, key=lambda depth: (depth.queue, order[depth.state]))

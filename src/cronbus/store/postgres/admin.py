@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 
 from psycopg.types.json import Jsonb
 
@@ -26,6 +27,7 @@ from ...admin_records import (
 from ...errors import ConflictError, NotFoundError, StoreError
 from ..admin_ports import NamespaceFilter, check_not_default, check_unused
 from ..admin_rows import (
+    Row,
     audit_from_row,
     idempotency_from_row,
     listing,
@@ -41,6 +43,11 @@ from .rows import arrays
 _CLAIM_TRIES = 8
 """Claims of one key in a row that may find it released between their insert and read."""
 _AUDIT_COLUMNS = ("at", "actor", "namespace", "action", "resource", "detail")
+
+
+def stored_token(row: Row) -> TokenRecord:
+    """A :class:`TokenRecord` from the tokens' columns followed by ``payloads`` (0010)."""
+    return replace(token_from_row(row, decoded), payloads=bool(row[10]))
 
 
 class PostgresAdmin(Connected):
@@ -91,6 +98,7 @@ class PostgresAdmin(Connected):
             token.expires_at,
             token.revoked_at,
             token.last_used_at,
+            token.payloads,
         )
         if not await self._db.execute(aq.INSERT_TOKEN, params):
             raise ConflictError(f"a token with id {token.id!r} (or the same hash) exists")
@@ -100,23 +108,23 @@ class PostgresAdmin(Connected):
         row = await self._db.one(aq.GET_TOKEN, (token_id,))
         if row is None:
             raise NotFoundError(f"no token with id {token_id!r}")
-        return token_from_row(row, decoded)
+        return stored_token(row)
 
     async def token_by_hash(self, hash: str) -> TokenRecord | None:
         """The token whose text hashes to ``hash``, if any."""
         row = await self._db.one(aq.TOKEN_BY_HASH, (hash,))
-        return None if row is None else token_from_row(row, decoded)
+        return None if row is None else stored_token(row)
 
     async def list_tokens(self) -> list[TokenRecord]:
         """Every token, oldest first."""
-        return [token_from_row(row, decoded) for row in await self._db.rows(aq.LIST_TOKENS)]
+        return [stored_token(row) for row in await self._db.rows(aq.LIST_TOKENS)]
 
     async def revoke_token(self, token_id: str, now: float) -> TokenRecord:
         """Revoke a token (NotFoundError if unknown); a revoked one keeps its ``revoked_at``."""
         row = await self._db.one(aq.REVOKE_TOKEN, (now, token_id))
         if row is None:
             raise NotFoundError(f"no token with id {token_id!r}")
-        return token_from_row(row, decoded)
+        return stored_token(row)
 
     async def touch_token(self, token_id: str, now: float) -> None:
         """Note that a token was used (written at most once a minute)."""

@@ -36,9 +36,9 @@ UNION ALL SELECT 'tokens' WHERE EXISTS (
 
 # -- tokens --------------------------------------------------------------------------------
 _TOKEN = """id, name, hash, scope, namespaces, created_at, created_by, expires_at, revoked_at,
-    last_used_at"""
+    last_used_at, payloads"""
 INSERT_TOKEN = f"""
-INSERT INTO tokens ({_TOKEN}) VALUES (%s, %s, %s, %s, %s::text[], %s, %s, %s, %s, %s)
+INSERT INTO tokens ({_TOKEN}) VALUES (%s, %s, %s, %s, %s::text[], %s, %s, %s, %s, %s, %s)
 ON CONFLICT DO NOTHING
 """
 GET_TOKEN = f"SELECT {_TOKEN} FROM tokens WHERE id = %s"

@@ -6,7 +6,8 @@ stopped at the page size, so a page deep in the listing costs what the first one
 ranges (every namespace, several states, or every state when no filter is given: a namespace's
 runs have no index of their own, which every claim would have to update) are one statement: a
 ``UNION ALL`` of bounded ranges (PostgreSQL cannot read ``state = ANY(...)`` in id order through
-one index), merged, then the page's runs read whole.
+one index), merged, then the page's runs read whole. Payload matches (:mod:`.matches`) filter
+within each range, one probe of ``run_payloads`` per run read.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from ...model import RunFilter
 from ...states import TERMINAL, sql_in
 from ..logic import created_after_bound, listing_arms
+from .matches import payload_condition
 from .sql import RUN_COLUMNS, RUN_FROM, RUN_NAMESPACES
 
 COUNT_RUNS = "SELECT state, count(*) FROM runs GROUP BY state"
@@ -66,7 +68,10 @@ def listing_query(
     the namespaces' ranges start from (:data:`SINCE_BOUNDS`; 0: none).
     """
     shared = [(clause, getattr(filter, name)) for name, clause in _FILTERS]
-    given = [(clause, value) for clause, value in shared if value is not None]
+    given = [(clause, [value]) for clause, value in shared if value is not None]
+    if filter.args:
+        condition, values = payload_condition(filter.args)
+        given.append((condition, values))
     arms = listing_arms(filter, namespaces)
     ranges: list[str] = []
     params: list[Any] = []
@@ -74,7 +79,7 @@ def listing_query(
         clauses = ["r.namespace = %s", *(["r.state = %s"] if state is not None else [])]
         clauses.extend(clause for clause, _ in given)
         params.extend([namespace, *([state] if state is not None else [])])
-        params.extend(value for _, value in given)
+        params.extend(value for _, values in given for value in values)
         if bounds and bounds.get(namespace):
             clauses.append("r.id >= %s")
             params.append(bounds[namespace])

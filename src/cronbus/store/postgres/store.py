@@ -45,6 +45,7 @@ from .connection import Database
 from .events import PostgresEvents
 from .jobs import PostgresJobs
 from .leases import PostgresLeases
+from .overview import PostgresOverview
 from .routing import PostgresRouting
 from .runs import PostgresRuns
 from .subscriptions import PostgresSubscriptions
@@ -55,6 +56,7 @@ from .workers import PostgresWorkers
 
 class PostgresStore(
     PostgresRuns,
+    PostgresOverview,
     PostgresLeases,
     PostgresChildren,
     PostgresRouting,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from ...admin_records import (
@@ -35,6 +36,11 @@ from ..admin_rows import (
 from . import admin_sql as aq
 from .connection import Connected
 from .rows import Row, execute, fetch_one
+
+
+def stored_token(row: Row) -> TokenRecord:
+    """A :class:`TokenRecord` from the tokens' columns followed by ``payloads`` (0010)."""
+    return replace(token_from_row(row, json.loads), payloads=bool(row[10]))
 
 
 class SqliteAdmin(Connected):
@@ -79,6 +85,7 @@ class SqliteAdmin(Connected):
             token.expires_at,
             token.revoked_at,
             token.last_used_at,
+            token.payloads,
         )
         if not await self._transact(execute, aq.INSERT_TOKEN, params, inline="write"):
             raise ConflictError(f"a token with id {token.id!r} (or the same hash) exists")
@@ -88,23 +95,23 @@ class SqliteAdmin(Connected):
         row = await self._one(aq.GET_TOKEN, (token_id,), inline="read")
         if row is None:
             raise NotFoundError(f"no token with id {token_id!r}")
-        return token_from_row(row)
+        return stored_token(row)
 
     async def token_by_hash(self, hash: str) -> TokenRecord | None:
         """The token whose text hashes to ``hash``, if any."""
         row = await self._one(aq.TOKEN_BY_HASH, (hash,), inline="read")
-        return None if row is None else token_from_row(row)
+        return None if row is None else stored_token(row)
 
     async def list_tokens(self) -> list[TokenRecord]:
         """Every token, oldest first."""
-        return [token_from_row(row) for row in await self._rows(aq.LIST_TOKENS, inline="read")]
+        return [stored_token(row) for row in await self._rows(aq.LIST_TOKENS, inline="read")]
 
     async def revoke_token(self, token_id: str, now: float) -> TokenRecord:
         """Revoke a token (NotFoundError if unknown); a revoked one keeps its ``revoked_at``."""
         row = await self._transact(fetch_one, aq.REVOKE_TOKEN, (now, token_id), inline="write")
         if row is None:
             raise NotFoundError(f"no token with id {token_id!r}")
-        return token_from_row(row)
+        return stored_token(row)
 
     async def touch_token(self, token_id: str, now: float) -> None:
         """Note that a token was used (written at most once a minute)."""

@@ -33,9 +33,9 @@ UNION ALL SELECT 'tokens' WHERE EXISTS (
 
 # -- tokens --------------------------------------------------------------------------------
 _TOKEN = """id, name, hash, scope, namespaces, created_at, created_by, expires_at, revoked_at,
-    last_used_at"""
+    last_used_at, payloads"""
 INSERT_TOKEN = f"""
-INSERT INTO tokens ({_TOKEN}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
+INSERT INTO tokens ({_TOKEN}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
 """
 GET_TOKEN = f"SELECT {_TOKEN} FROM tokens WHERE id = ?"
 TOKEN_BY_HASH = f"SELECT {_TOKEN} FROM tokens WHERE hash = ?"

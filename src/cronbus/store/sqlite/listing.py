@@ -5,7 +5,8 @@ A listing is newest first with a keyset (``id < before_id``), never an offset: e
 ``INDEXED BY`` so the plan cannot drift to a scan and a sort; a page deep in the listing costs
 what the first one does. Several ranges (every namespace, several states, or every state when
 no filter is given: a namespace's runs have no index of their own, which every claim would have
-to update) are read one by one and merged, each bounded by the page size.
+to update) are read one by one and merged, each bounded by the page size. Payload matches
+(:mod:`.matches`) filter within each range, one probe of ``run_payloads`` per run read.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ...model import RunFilter
 from ...states import TERMINAL, sql_in
 from ..logic import created_after_bound, listing_arms, listing_index
 from ..rows import RUN_COLUMNS, RUN_FROM
+from .matches import payload_condition
 from .rows import Row
 from .sql import RUN_NAMESPACES
 
@@ -102,6 +104,10 @@ def _common(filter: RunFilter) -> tuple[list[str], list[Any]]:
         if value is not None:
             where.append(clause)
             params.append(value)
+    if filter.args:
+        condition, values = payload_condition(filter.args)
+        where.append(condition)
+        params.extend(values)
     return where, params
 
 

@@ -22,6 +22,7 @@ from .events import SqliteEvents
 from .files import MEMORY, read_versions
 from .jobs import SqliteJobs
 from .leases import SqliteLeases
+from .overview import SqliteOverview
 from .runs import SqliteRuns
 from .subscriptions import SqliteSubscriptions
 from .wake import SqliteWakeUps
@@ -30,6 +31,7 @@ from .workers import SqliteWorkers
 
 class SQLiteStore(
     SqliteRuns,
+    SqliteOverview,
     SqliteLeases,
     SqliteJobs,
     SqliteWorkers,

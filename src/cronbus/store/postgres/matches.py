@@ -1,0 +1,32 @@
+"""Payload matches of a run listing (:attr:`cronbus.model.RunFilter.args`) in PostgreSQL's SQL.
+
+A payload is JSON text in ``run_payloads``; each match reads one element of it as ``json`` and
+compares it as ``jsonb``, whose equality is JSON's (``42`` is ``42.0``, never ``"42"``; ``true``
+is not ``1``; objects whatever their key order). Only the element is made ``jsonb``, not the
+whole payload, so a payload holding text ``jsonb`` refuses elsewhere (``\\u0000``) is read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ...model import JSON
+
+
+def payload_condition(matches: Sequence[tuple[str, JSON]]) -> tuple[str, list[Any]]:
+    """The condition on a run ``r`` that its payload meets every match, with its parameters
+    (one probe of ``run_payloads`` by primary key, whichever index the listing walks)."""
+    tests: list[str] = []
+    params: list[Any] = []
+    for key, value in matches:
+        if key.isascii() and key.isdigit():
+            tests.append("(m.args::json -> %s::int)::jsonb = %s::jsonb")
+            params.append(int(key))
+        else:
+            tests.append("(m.kwargs::json -> %s::text)::jsonb = %s::jsonb")
+            params.append(key)
+        params.append(json.dumps(value))
+    where = " AND ".join(tests)
+    return f"EXISTS (SELECT 1 FROM run_payloads m WHERE m.run_id = r.id AND {where})", params

@@ -32,6 +32,7 @@ from .health import HealthService
 from .jobs import JobsService
 from .namespaces import NamespacesService
 from .operations import OperationsService
+from .overview import Overview, OverviewService, SchedulerLag
 from .pages import Page
 from .requests import RequestsService
 from .runs import RunsService
@@ -78,6 +79,8 @@ __all__ = [
     "JobsService",
     "NamespacesService",
     "OperationsService",
+    "Overview",
+    "OverviewService",
     "Page",
     "PurgeResult",
     "ReplayResult",
@@ -86,6 +89,7 @@ __all__ = [
     "RunDetail",
     "RunQuery",
     "RunsService",
+    "SchedulerLag",
     "Scope",
     "Services",
     "StatsService",
@@ -139,6 +143,8 @@ class Services:
         """Bulk operations in the background: start, get, list, abort."""
         self.stats = StatsService(context)
         """Figures, cached a few seconds: counts by state, runs per minute."""
+        self.overview = OverviewService(context)
+        """The namespace's health in one snapshot, shared by every caller for ~2 s."""
         self.requests = RequestsService(context)
         """Idempotent requests: claim, finish, release, trim the records of their keys."""
         self.health = HealthService(context)

@@ -106,8 +106,9 @@ class StatsService:
     def __init__(self, context: Context) -> None:
         self._c = context
 
-    async def counts(self) -> dict[RunState, int]:
-        """How many runs of the namespace are in each state (every state present)."""
+    async def counts(self, max_age: float = TTL) -> dict[RunState, int]:
+        """How many runs of the namespace are in each state (every state present), as
+        counted at most ``max_age`` seconds ago."""
         self._c.read()
         store = self._c.store
         namespace = self._c.namespace
@@ -116,11 +117,15 @@ class StatsService:
             found = await store.count_runs(namespace)
             return {state: found.get(state, 0) for state in RunState}
 
-        return dict(await CACHE.get(("counts", store.url, id(store), namespace), compute))
+        key = ("counts", store.url, id(store), namespace)
+        return dict(await CACHE.get(key, compute, ttl=max_age))
 
-    async def per_minute(self, window_seconds: int = 3600) -> builtins.list[Bucket]:
+    async def per_minute(
+        self, window_seconds: int = 3600, max_age: float = TTL
+    ) -> builtins.list[Bucket]:
         """Runs of the namespace that ended in each minute of the last ``window_seconds``
-        (60 to a week), oldest minute first, by terminal state; every minute is present."""
+        (60 to a week), oldest minute first, by terminal state; every minute is present; as
+        counted at most ``max_age`` seconds ago."""
         self._c.read()
         with naming("window_seconds"):
             window = check_int(window_seconds, "window_seconds", 60, MAX_WINDOW)
@@ -134,9 +139,8 @@ class StatsService:
             rows = await store.runs_per_minute(namespace, since, until)
             return buckets(rows, since, until)
 
-        return list(
-            await CACHE.get(("per_minute", store.url, id(store), namespace, since), compute)
-        )
+        key = ("per_minute", store.url, id(store), namespace, since)
+        return list(await CACHE.get(key, compute, ttl=max_age))
 
 
 def buckets(

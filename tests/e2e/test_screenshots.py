@@ -1,0 +1,49 @@
+"""Pictures of every console page for docs/console.md: 1280 x 800 in the light theme, the
+overview in the dark one, and the runs page on a 390 px phone.
+
+They are written to ``docs/console/`` (same names each time, overwritten) when
+``CRONBUS_SCREENSHOTS=1``, else to the test's temporary folder; either way each page must load
+without an error.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from .browsing import PHONE, login, pages
+from .conftest import NewPage
+from .served import Server
+
+pytestmark = pytest.mark.e2e
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "console"
+
+
+def shoot(page: Page, path: str, picture: Path) -> None:
+    """Open ``path``, wait until it is live, and save it whole as ``picture``."""
+    response = page.goto(path)
+    assert response is not None, path
+    assert response.ok, f"{path}: {response.status}"
+    expect(page.get_by_role("heading", level=1).first).to_be_visible()
+    expect(page.locator("[data-live-state]")).to_have_text("live")
+    page.screenshot(path=picture, full_page=True, animations="disabled")
+    assert picture.stat().st_size > 10_000, picture
+
+
+def test_screenshots_of_every_page(new_page: NewPage, server: Server, tmp_path: Path) -> None:
+    folder = DOCS if os.environ.get("CRONBUS_SCREENSHOTS") == "1" else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    page = new_page(color_scheme="light")
+    login(page, server.tokens.admin)
+    for name, path in pages(server).items():
+        shoot(page, path, folder / f"{name}.png")
+    dark = new_page(color_scheme="dark")
+    login(dark, server.tokens.admin)
+    shoot(dark, "/", folder / "overview-dark.png")
+    phone = new_page(color_scheme="light", viewport=PHONE)
+    login(phone, server.tokens.admin)
+    shoot(phone, "/runs", folder / "runs-phone.png")

@@ -13,6 +13,7 @@ from . import (
     operations,
     overview,
     runs,
+    subscriptions,
     topics,
     workers,
 )
@@ -27,5 +28,6 @@ ROUTERS: tuple[APIRouter, ...] = (
     dead_letters.router,
     workers.router,
     topics.router,
+    subscriptions.router,
     admin.router,
 )

@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)  ## run `cronbus server` with the demo app on an embedded SQLite file
+	@printf 'Console: http://127.0.0.1:8787/  log in with this token (admin, valid one day):\n  %s\n' \
+		"$$($(VENV)/bin/cronbus tokens create --scope admin --namespace '*' --name demo \
+		--expires 86400 --store sqlite:///./demo.db 2>/dev/null)"
 	$(VENV)/bin/cronbus server --app cronbus.demo:app --store sqlite:///./demo.db
 
 $(CHROMIUM):

@@ -141,7 +141,8 @@ class Runs(Protocol):
 
         With a namespace, each page is one range of an index whether it is the first or a deep
         one (by state, task, queue or job); without one, a range per namespace, merged. The
-        ``created_after``/``created_before`` bounds filter within that range.
+        ``created_after``/``created_before`` bounds and the payload matches (``filter.args``,
+        JSON equality) filter within that range.
         """
 
     async def list_attempts(self, run_id: int) -> list[Attempt]:

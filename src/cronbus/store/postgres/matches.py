@@ -29,4 +29,7 @@ def payload_condition(matches: Sequence[tuple[str, JSON]]) -> tuple[str, list[An
             params.append(key)
         params.append(json.dumps(value))
     where = " AND ".join(tests)
-    return f"EXISTS (SELECT 1 FROM run_payloads m WHERE m.run_id = r.id AND {where})", params
+    # OFFSET 0 keeps the EXISTS a probe per run of the listing's range: made a semi-join, the
+    # planner would rather read every payload (it cannot guess how many a match keeps) and sort.
+    condition = f"EXISTS (SELECT 1 FROM run_payloads m WHERE m.run_id = r.id AND {where} OFFSET 0)"
+    return condition, params

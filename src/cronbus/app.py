@@ -164,6 +164,7 @@ class App:
         concurrency_key: KeySpec | None = None,
         rate: str | None = None,
         rate_key: KeySpec | None = None,
+        redact: bool | Sequence[str] = (),
     ) -> Callable[[F], Task[Any, Any]]: ...
 
     def task(
@@ -186,6 +187,7 @@ class App:
         concurrency_key: KeySpec | None = None,
         rate: str | None = None,
         rate_key: KeySpec | None = None,
+        redact: bool | Sequence[str] = (),
     ) -> Task[Any, Any] | Callable[[F], Task[Any, Any]]:
         """Register a function as a task; use bare (``@app.task``) or with options.
 
@@ -202,6 +204,11 @@ class App:
         starts per period (per ``rate_key``). A key is an argument's name or a callable given
         the call's ``(*args, **kwargs)``. A function with a ``ctx`` parameter receives a
         :class:`~cronbus.run_context.RunContext` there.
+
+        ``redact`` hides payloads from every reader with a token (the HTTP API, the console and
+        the CLI through a server show ``"[redacted]"``): argument names (``redact=("password",
+        "card")``, passed by keyword or by position), or ``True`` for every argument and the
+        result. The worker, local code (a run's handle) and local commands still see them.
         """
 
         def register(function: F) -> Task[Any, Any]:
@@ -227,6 +234,7 @@ class App:
                 concurrency_key=concurrency_key,
                 rate=rate,
                 rate_key=rate_key,
+                redact=redact,
             )
             if task.name in self.tasks:
                 raise ConfigurationError(f"two tasks are named {task.name!r}; give one a name=")

@@ -14,7 +14,7 @@ from .handle import RunHandle
 from .model import FanOut, NewRun
 from .retry import Retry
 from .serialization import context_parameter, encode_call, signature_of
-from .task_policy import KeySpec, TaskPolicy, check_fanout, make_policy
+from .task_policy import KeySpec, Redaction, TaskPolicy, check_fanout, check_redact, make_policy
 from .validation import (
     RETRIES_LIMIT,
     check_epoch,
@@ -73,6 +73,7 @@ class Task(Generic[P, R]):
         concurrency_key: KeySpec | None = None,
         rate: str | None = None,
         rate_key: KeySpec | None = None,
+        redact: bool | Sequence[str] = (),
     ) -> None:
         self.app = app
         self.fn = fn
@@ -102,6 +103,8 @@ class Task(Generic[P, R]):
                 rate=rate,
                 rate_key=rate_key,
             )
+            self.redaction: Redaction = check_redact(redact, self.signature)
+            """Which payloads of its runs the services hide (see ``redact`` of ``app.task``)."""
         self.context_index: int | None = None
         """Where ``ctx`` sits among the positional parameters (None: keyword-only or none)."""
         self.takes_context = self._check_context()

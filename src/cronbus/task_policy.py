@@ -126,6 +126,82 @@ class TaskPolicy:
         return key_of(spec, self.signature, args, kwargs, field=field, task=self.task)
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Redaction:
+    """Which of a task's payloads the services hide from every reader (the ``redact`` option):
+    shown as ``"[redacted]"`` by the API, the CLI and the console; the worker still gets them."""
+
+    everything: bool = False
+    """Every argument and the result (``redact=True``)."""
+    names: frozenset[str] = frozenset()
+    """Arguments hidden by name, passed by keyword."""
+    positions: frozenset[int] = frozenset()
+    """The same arguments passed by position: the places of the named parameters."""
+
+    @property
+    def hides_any(self) -> bool:
+        """True when something is hidden."""
+        return self.everything or bool(self.names)
+
+    def hides(self, key: str) -> bool:
+        """Whether the argument ``key`` is hidden: a name, or a position in digits."""
+        if self.everything:
+            return True
+        if key.isascii() and key.isdigit():
+            return int(key) in self.positions
+        return key in self.names
+
+
+NO_REDACTION = Redaction()
+"""Nothing hidden (the default)."""
+
+
+def check_redact(value: object, signature: inspect.Signature | None) -> Redaction:
+    """The ``redact`` option: ``True`` (every argument and the result), or argument names
+    (``("password", "card")``), each a parameter of the function (any name when it takes
+    ``**kwargs``). ``False`` or ``()`` hide nothing."""
+    if value is True:
+        return Redaction(everything=True)
+    if value is None or value is False:
+        return NO_REDACTION
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence | frozenset | set):
+        raise InvalidArgumentError(
+            "redact must be True (every argument and the result) or a list of argument names "
+            f"like redact=('password',), got {shorten(value)}",
+            field="redact",
+        )
+    params = list(signature.parameters.values()) if signature is not None else []
+    open_ended = signature is None or any(p.kind is p.VAR_KEYWORD for p in params)
+    names: set[str] = set()
+    positions: set[int] = set()
+    for name in value:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise InvalidArgumentError(
+                f"redact names arguments, got {shorten(name)}; give argument names as text",
+                field="redact",
+            )
+        found = next((i for i, p in enumerate(params) if p.name == name), None)
+        param = None if found is None else params[found]
+        if param is not None and param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise InvalidArgumentError(
+                f"redact={name!r} names the *{name} parameter; name the arguments it takes, or "
+                "give redact=True to hide every argument",
+                field="redact",
+            )
+        if param is None and not open_ended:
+            named = [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+            raise InvalidArgumentError(
+                f"redact={name!r} names no argument of the function (its arguments: "
+                f"{', '.join(named) or 'none'})",
+                field="redact",
+            )
+        names.add(name)
+        if param is not None and param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            assert found is not None
+            positions.add(found)
+    return Redaction(names=frozenset(names), positions=frozenset(positions))
+
+
 def make_policy(
     task: str,
     signature: inspect.Signature | None,

@@ -23,6 +23,7 @@ from ..validation import check_identifier, check_label, shorten
 from .context import Context, check_id, naming
 from .deliveries import list_deliveries
 from .pages import DEFAULT_LIMIT, Page, check_limit, decode_cursor, encode_cursor
+from .redaction import Redactor
 from .views import DeadLetter, DeadLetterKind, DeadLetterResult
 
 _CURSOR = {"r": int, "d": int}
@@ -91,7 +92,8 @@ class DeadLettersService:
                 before_id=None if position["r"] < 0 else position["r"],
                 namespace=self._c.namespace,
             )
-            found_runs = await self._c.store.list_runs(wanted)
+            # Their payloads as the caller may see them (:mod:`.redaction`).
+            found_runs = Redactor(self._c).runs(await self._c.store.list_runs(wanted))
         found_deliveries: list[Delivery] = []
         if deliveries and position["d"] != 0:
             before = None if position["d"] < 0 else position["d"]

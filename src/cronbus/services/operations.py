@@ -23,7 +23,7 @@ from ..validation import check_int, check_time, shorten
 from .context import Context, check_id, naming
 from .dead_letters import DeadLettersService, check_ids
 from .pages import DEFAULT_LIMIT, MAX_LIMIT, Page, check_limit, decode_cursor, page_of
-from .runs import RunsService
+from .runs import RunsService, check_matches
 from .subscriptions import SubscriptionsService
 from .views import RunQuery
 
@@ -38,7 +38,7 @@ STALE_AFTER = 600.0
 """Seconds without progress after which a running operation is taken for abandoned."""
 _ERRORS_KEPT = 5
 """Failures quoted in an operation's ``error`` (the count says how many there were)."""
-_RUN_FILTER = ("states", "task", "queue", "job", "created_after", "created_before")
+_RUN_FILTER = ("states", "task", "queue", "job", "created_after", "created_before", "args", "id")
 _DEAD_FILTER = ("kind", "task", "queue", "subscription")
 _DEFAULT_STATES = {
     "runs.retry": ("dead", "cancelled"),
@@ -67,7 +67,8 @@ class OperationsService:
     ) -> Operation:
         """Start a bulk action on ``ids`` (run ids; subscription names for
         ``subscriptions.replay``; with ``delivery_ids`` for ``dead_letters.requeue``) or on
-        what ``filter`` matches (the fields of a runs listing, of a dead-letter listing, or
+        what ``filter`` matches (the fields of a :class:`~.views.RunQuery`, payload ``args``
+        as ``[argument, value]`` pairs; of a dead-letter listing; or
         ``topic`` for replays). A replay needs ``offset`` or ``since``. Returns the operation
         at once (pending); poll it with :meth:`get`, stop it with :meth:`abort`."""
         self._c.write()
@@ -217,6 +218,9 @@ class OperationsService:
             if isinstance(states, str):
                 given["states"] = [states]
             given["states"] = [str(s) for s in (given.get("states") or _DEFAULT_STATES[kind])]
+            if "args" in given:
+                # Stored as JSON: each (argument, value) match as a two-item list.
+                given["args"] = [list(m) for m in check_matches(given["args"], "filter.args")]
         try:
             await self._items(kind, {"filter": given}, probe=True)
         except InvalidArgumentError as exc:

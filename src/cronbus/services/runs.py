@@ -29,11 +29,14 @@ from ..task_policy import check_fanout
 from ..validation import check_label, check_time, shorten
 from .context import ID_LIMIT, Context, check_id, naming
 from .pages import DEFAULT_LIMIT, Page, check_limit, decode_cursor, page_of
+from .redaction import Redactor
 from .views import DeferResult, RunDetail, RunQuery
 from .waiting import PENDING, Limits, explain
 
 RETRYABLE = sources(RunEvent.REQUEUE)
 """States a run can be retried from (dead, cancelled)."""
+CANCELLABLE = sources(RunEvent.CANCEL) - {RunState.CANCELLING}
+"""States a run can be cancelled from (a cancelling run is being cancelled already)."""
 CHILDREN_SHOWN = 20
 """Children a run's detail holds (the first by index); :meth:`RunsService.children` pages."""
 _CURSOR = {"b": int}
@@ -41,6 +44,8 @@ _CHILD_CURSOR = {"i": int}
 _COUNT_PAGE = 500
 _COUNT_MOST = 5_000
 """The most active runs read to count a concurrency key's (a limit is far below it)."""
+_INDEX_DIGITS = 9
+"""The longest positional index a payload match names (PostgreSQL indexes arrays by int4)."""
 
 
 def check_run_id(run_id: object, field: str = "run_id") -> int:
@@ -64,20 +69,74 @@ def check_states(states: Sequence[RunState | str], field: str = "states") -> tup
     return tuple(dict.fromkeys(chosen))
 
 
+def check_matches(matches: object, field: str = "args") -> tuple[tuple[str, Any], ...]:
+    """Payload matches: (key, JSON value) pairs, each key a keyword argument's name or a
+    position in digits (``"0"``), each key once."""
+    if isinstance(matches, str | bytes | Mapping) or not isinstance(matches, Sequence):
+        raise InvalidArgumentError(
+            f"{field} must be a list of (argument, value) pairs, got {shorten(matches)}",
+            field=field,
+        )
+    chosen: dict[str, Any] = {}
+    for match in matches:
+        if isinstance(match, str | bytes) or not isinstance(match, Sequence) or len(match) != 2:
+            raise InvalidArgumentError(
+                f"{field} must be (argument, value) pairs, got {shorten(match)}", field=field
+            )
+        key, value = match
+        index = isinstance(key, str) and key.isascii() and key.isdigit()
+        if not isinstance(key, str) or not (
+            key.isidentifier() or (index and len(key) <= _INDEX_DIGITS and str(int(key)) == key)
+        ):
+            raise InvalidArgumentError(
+                f"{field}: a match names a keyword argument or a position from 0, got "
+                f"{shorten(key)}",
+                field=field,
+            )
+        if key in chosen:
+            raise InvalidArgumentError(f"{field}: argument {key!r} is matched twice", field=field)
+        chosen[key] = value
+    return tuple(chosen.items())
+
+
+def can_cancel(run: Run) -> bool:
+    """Whether :meth:`RunsService.cancel` would act on ``run`` now."""
+    return run.state in CANCELLABLE
+
+
+def can_retry(run: Run) -> bool:
+    """Whether :meth:`RunsService.retry` would queue ``run`` again now."""
+    return run.state in RETRYABLE
+
+
 class RunsService:
-    """Runs of one namespace."""
+    """Runs of one namespace; their payloads as the caller may see them
+    (:mod:`.redaction`)."""
 
     def __init__(self, context: Context) -> None:
         self._c = context
+        self._redact = Redactor(context)
 
     async def list(
         self, query: RunQuery | None = None, limit: int = DEFAULT_LIMIT, cursor: str | None = None
     ) -> Page[Run]:
         """Runs matching ``query``, newest first, a page at a time (keyset on the run id)."""
         self._c.read()
-        wanted = await self._filter(query or RunQuery(), check_limit(limit), cursor)
-        found = await self._c.store.list_runs(wanted)
-        return page_of(found, limit, lambda run: {"b": run.id})
+        query = query or RunQuery()
+        wanted = await self._filter(query, check_limit(limit), cursor)
+        if query.id is not None:
+            # One run at most: the keyset starts just above it, and a run found below it is
+            # not it. Its filters still apply, so the search reads the same as any other.
+            before = min(wanted.before_id or ID_LIMIT, query.id + 1)
+            wanted = replace(wanted, before_id=before, limit=1)
+            found = [r for r in await self._c.store.list_runs(wanted) if r.id == query.id]
+            page: Page[Run] = Page(items=found, next=None)
+        else:
+            page = page_of(await self._c.store.list_runs(wanted), limit, lambda r: {"b": r.id})
+        # A run matched by an argument its task hides is left out (the cursor still moves past
+        # it, so a page may hold fewer runs than the limit).
+        shown = [run for run in page.items if self._redact.found(run, query)]
+        return replace(page, items=self._redact.runs(shown))
 
     async def _filter(self, query: RunQuery, limit: int, cursor: str | None) -> RunFilter:
         before = None if cursor is None else decode_cursor(cursor, _CURSOR)["b"]
@@ -89,6 +148,10 @@ class RunsService:
             queue = None if query.queue is None else check_queue(query.queue)
         after_time = _time(query.created_after, "created_after")
         before_time = _time(query.created_before, "created_before")
+        matches = check_matches(query.args)
+        if query.id is not None:
+            check_run_id(query.id, "id")
+        self._redact.check_search(replace(query, args=matches))
         job_id = None
         if query.job is not None:
             with naming("job"):
@@ -96,22 +159,24 @@ class RunsService:
             job = await self._c.store.get_job(name)
             self._c.owns(job.spec.namespace, JobNotFoundError(f"no job named {name!r}"))
             job_id = job.id
-        return RunFilter(
-            states=states,
-            task=task,
-            queue=queue,
-            job_id=job_id,
-            limit=limit + 1,  # one more than shown tells whether a next page exists
-            before_id=before,
-            namespace=self._c.namespace,
-            created_after=after_time,
-            created_before=before_time,
-        )
+        with naming("args"):
+            return RunFilter(
+                states=states,
+                task=task,
+                queue=queue,
+                job_id=job_id,
+                limit=limit + 1,  # one more than shown tells whether a next page exists
+                before_id=before,
+                namespace=self._c.namespace,
+                created_after=after_time,
+                created_before=before_time,
+                args=matches,
+            )
 
     async def get(self, run_id: int) -> Run:
         """One run of this namespace (:class:`~cronbus.errors.RunNotFoundError` otherwise)."""
         self._c.read()
-        return await self._get(run_id)
+        return self._redact.run(await self._get(run_id))
 
     async def _get(self, run_id: int) -> Run:
         run = await self._c.store.get_run(check_run_id(run_id))
@@ -124,12 +189,13 @@ class RunsService:
         self._c.read()
         run = await self._get(run_id)
         attempts = await self._c.store.list_attempts(run.id)
-        return RunDetail(
+        detail = RunDetail(
             run=run,
             attempts=attempts,
             children=await self._first_children(run),
             waiting=await self.waiting(run),
         )
+        return self._redact.detail(detail)
 
     async def _first_children(self, run: Run) -> builtins.list[Run]:
         if run.children is None:
@@ -152,7 +218,8 @@ class RunsService:
         start = _child_start(after_index, cursor)
         run = await self._get(run_id)
         found = await self._c.store.list_children(run.id, start, limit + 1)
-        return page_of(found, limit, _child_position)
+        page = page_of(found, limit, _child_position)
+        return replace(page, items=self._redact.runs(page.items))
 
     async def waiting(self, run: Run) -> builtins.list[str]:
         """Why a run waits (:func:`~.waiting.explain`): no live worker of its namespace serves
@@ -232,7 +299,7 @@ class RunsService:
             ) from None
         changed = await self._c.store.get_run(run.id)
         await self._c.audit("runs.cancel", run.id, {"state": changed.state.value})
-        return changed
+        return self._redact.run(changed)
 
     async def retry(self, run_id: int) -> Run:
         """Queue a dead or cancelled run again, with a fresh retry budget; a run in another
@@ -245,7 +312,7 @@ class RunsService:
                 f"run {run.id} is {now.state}; only {retryable_states()} runs can be retried"
             )
         await self._c.audit("runs.retry", run.id)
-        return await self._c.store.get_run(run.id)
+        return self._redact.run(await self._c.store.get_run(run.id))
 
     async def defer(
         self,
@@ -310,7 +377,7 @@ class RunsService:
             )
         if done.created:
             await self._c.audit("runs.defer", run.id, {"task": run.task, "queue": run.queue})
-        return DeferResult(run=run, created=done.created)
+        return DeferResult(run=self._redact.run(run), created=done.created)
 
 
 def retryable_states() -> str:

@@ -67,14 +67,20 @@ class TokensService:
         scope: Scope | str,
         namespaces: Iterable[str],
         expires_in: float | None = None,
+        payloads: bool = True,
     ) -> tuple[TokenRecord, str]:
         """Create a token with ``scope`` in ``namespaces`` (``*``: every namespace, present and
         future); returns its record and its text, which is shown this once and never stored.
-        Each namespace must exist (``default`` always does)."""
+        Each namespace must exist (``default`` always does). ``payloads=False`` makes a token
+        that sees runs' arguments and results redacted (:mod:`.redaction`)."""
         self._c.admin()
         with naming("name"):
             name = check_text(name, "name", max_length=NAME_LENGTH)
         chosen_scope = check_scope(scope)
+        if not isinstance(payloads, bool):
+            raise InvalidArgumentError(
+                f"payloads must be true or false, got {shorten(payloads)}", field="payloads"
+            )
         chosen = await self._namespaces(namespaces)
         now = self._c.now()
         expires_at = None
@@ -91,12 +97,18 @@ class TokensService:
             created_at=now,
             created_by=self._c.access.token_id or self._c.access.actor,
             expires_at=expires_at,
+            payloads=payloads,
         )
         await self._c.store.put_token(record)
         await self._c.audit(
             "tokens.create",
             token_id,
-            {"name": name, "scope": chosen_scope.value, "namespaces": list(chosen)},
+            {
+                "name": name,
+                "scope": chosen_scope.value,
+                "namespaces": list(chosen),
+                "payloads": payloads,
+            },
             namespace=None,
         )
         return shown(record), token
@@ -162,4 +174,5 @@ class TokensService:
         # nothing, so most requests skip the round trip.
         if record.last_used_at is None or now - record.last_used_at >= TOUCH_EVERY:
             await self._c.store.touch_token(record.id, now)
-        return Access.of(record.name, record.scope, record.namespaces, token_id=record.id)
+        access = Access.of(record.name, record.scope, record.namespaces, token_id=record.id)
+        return replace(access, payloads=record.payloads)

@@ -30,6 +30,13 @@ class RunQuery:
     """Runs created at or after this time (epoch seconds)."""
     created_before: float | None = None
     """Runs created before this time (epoch seconds)."""
+    args: Sequence[tuple[str, Any]] = ()
+    """Payload matches, all of which a run must meet: ``("user", 42)`` is a keyword argument
+    ``user`` equal to 42; a key of digits names a positional argument (``("0", "a")``).
+    Equality is JSON's (``42`` is not ``"42"``). Refused for a caller who may not read
+    payloads, and for an argument the task redacts (it would reveal the hidden value)."""
+    id: int | None = None
+    """The run with this id only (when it meets the other filters too)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

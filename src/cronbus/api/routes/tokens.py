@@ -38,6 +38,8 @@ class TokenRequest:
     """The namespaces it may act in; ``["*"]`` is every one."""
     expires_in: float | None = None
     """Seconds until it expires (null: never)."""
+    payloads: bool = True
+    """Whether it may read runs' arguments and results (false: they read ``[redacted]``)."""
 
 
 class CreatedToken(TokenOut):
@@ -63,6 +65,7 @@ async def create_token(body: TokenRequest, response: Response, services: Caller)
         scope=body.scope,
         namespaces=list(body.namespaces),
         expires_in=body.expires_in,
+        payloads=body.payloads,
     )
     response.headers["Location"] = f"/v1/tokens/{record.id}"
     return CreatedToken.model_validate(

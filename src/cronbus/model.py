@@ -350,8 +350,10 @@ def check_match(match: tuple[str, JSON]) -> None:
     a key that is not a non-empty string, or a value that is not plain JSON (non-finite
     numbers, integers beyond 64 bits, the NUL character, keys that are not strings)."""
     key, value = match
-    if not isinstance(key, str) or not key:
-        raise InvalidArgumentError(f"args: a match's key must be a non-empty string, not {key!r}")
+    if not isinstance(key, str) or not key or "\x00" in key:
+        raise InvalidArgumentError(
+            f"args: a match's key must be a non-empty string without NUL, not {key!r}"
+        )
     if key.isascii() and key.isdigit() and int(key) >= _MOST_ARGS:
         raise InvalidArgumentError(f"args.{key}: a positional index must be below {_MOST_ARGS}")
     _check_json(key, value)

@@ -288,10 +288,26 @@ async def test_payload_matches_combine_with_filters_and_the_keyset(store: Store)
     assert await matching(store, ("user", 9)) == []
 
 
+async def test_a_payload_holding_nul_is_matched_by_its_other_values(store: Store) -> None:
+    # PostgreSQL's JSON functions refuse a document with an escaped NUL anywhere in it, SQLite's
+    # end a string there: both stores read a NUL as U+FFFD (no match holds one).
+    (run_id,) = await ids(
+        store,
+        [new(args_json=json.dumps(["a\x00", 3]), kwargs_json=json.dumps({"user": 7, "b": "\x00"}))],
+    )
+    await ids(store, [new(kwargs_json=json.dumps({"user": 7, "b": "\\u0000"}))])
+    assert await matching(store, ("user", 7), ("1", 3)) == [run_id]
+    assert await matching(store, ("b", "\\u0000")) == [run_id + 1]  # backslash, not NUL
+    assert await matching(store, ("b", "")) == []
+    assert await matching(store, ("b", "\ufffd")) == [run_id]  # both stores read NUL so
+    assert await matching(store, ("0", "a\ufffd")) == [run_id]
+
+
 @pytest.mark.parametrize(
     ("match", "message"),
     [
         (("", 1), "non-empty string"),
+        (("a\x00", 1), "without NUL"),
         (("x", math.nan), "not a JSON number"),
         (("x", math.inf), "not a JSON number"),
         (("x", 2**63), "beyond 64-bit"),

@@ -4,7 +4,8 @@ A payload is JSON text in ``run_payloads``; SQLite reads a JSON ``true`` as 1 an
 back as text in its stored key order, so values are not compared as SQLite values: each match
 walks the JSON with ``json_each`` and compares the element's JSON type and atom, objects key by
 key and arrays index by index, which is JSON equality (``42`` is ``42.0``, never ``"42"``;
-``true`` is not ``1``; ``{"a": 1, "b": 2}`` is ``{"b": 2, "a": 1}``).
+``true`` is not ``1``; ``{"a": 1, "b": 2}`` is ``{"b": 2, "a": 1}``). A stored NUL is read as
+U+FFFD, as PostgreSQL's store reads it (see :func:`readable`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def payload_condition(matches: Sequence[tuple[str, JSON]]) -> tuple[str, list[An
     tests = []
     for key, value in matches:
         column, label = ("m.args", int(key)) if positional(key) else ("m.kwargs", key)
+        column = readable(column)
         alias = next(names)
         params.append(label)
         inner = _equals(alias, value, params, names)
@@ -35,6 +37,19 @@ def payload_condition(matches: Sequence[tuple[str, JSON]]) -> tuple[str, list[An
         )
     where = " AND ".join(tests)
     return f"EXISTS (SELECT 1 FROM run_payloads AS m WHERE m.run_id = r.id AND {where})", params
+
+
+def readable(column: str) -> str:
+    """``column`` with each escaped NUL read as U+FFFD: SQLite's JSON functions end a string at
+    a NUL (``"\u0000x"`` would equal ``""``), and PostgreSQL's refuse it, so both stores read a
+    stored NUL so (a match cannot hold one). Found by ``instr`` first: such payloads are rare."""
+    # Escaped backslashes are set aside first (as char(1), which JSON text never holds raw), so
+    # that each \u0000 left is an escape of its own, not text after an escaped backslash.
+    setaside = rf"replace({column}, '\\', char(1))"
+    return (
+        rf"iif(instr({column}, '\u0000'), "
+        rf"replace(replace({setaside}, '\u0000', '\ufffd'), char(1), '\\'), {column})"
+    )
 
 
 def positional(key: str) -> bool:

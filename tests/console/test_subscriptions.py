@@ -290,3 +290,26 @@ async def test_the_lists_refresh_as_htmx_partials(console: Console, seeded: Seed
         assert "<html" not in one.text
     finally:
         await browser.close()
+
+
+async def test_a_subscription_cronbus_disabled_is_failing_and_can_be_resumed(
+    console: Console, seeded: Seeded
+) -> None:
+    app = console.api.app
+    # What a dispatcher does when the target answers 410 Gone.
+    await app.store.set_subscription_paused(
+        "tasked", True, "the target answered 410 Gone", app.clock.now()
+    )
+    browser = await console.login("write", namespaces=["default"])
+    try:
+        listed = (await browser.get("/subscriptions")).text
+        assert cell(listed, "state-tasked") == "disabled"
+        assert cell(listed, "health-tasked") == "failing disabled: the target answered 410 Gone"
+        html = (await browser.get("/subscriptions/tasked")).text
+        assert 'id="resume"' in html
+        assert 'id="pause"' not in html
+        resumed = await browser.post("/subscriptions/tasked/resume")
+        assert resumed.status_code == 303
+        assert (await Services(app).subscriptions.get("tasked")).state == "active"
+    finally:
+        await browser.close()

@@ -114,8 +114,10 @@ async def recent_events(
 ) -> tuple[list[Event], int | None]:
     """Up to :data:`EVENTS_SHOWN` events of the topic below offset ``before`` (None: its
     newest), newest first, and the ``before`` of the next (older) page, if any."""
+    if not info.events or info.first_offset is None:
+        return [], None
     end = info.last_offset + 1 if before is None else min(before, info.last_offset + 1)
-    lowest = info.first_offset or 1
+    lowest = info.first_offset
     start = max(lowest, end - EVENTS_SHOWN)
     if end <= lowest:
         return [], None

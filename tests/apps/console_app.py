@@ -1,5 +1,5 @@
-"""The app behind the console's browser tests (tests/e2e): tasks that succeed, fail, fail once
-and take their time, two cron jobs (one paused) and a third that only fires when triggered,
+"""The app behind the console's browser tests (tests/e2e): tasks that succeed, fail, fail once,
+hide an argument and take their time; cron jobs (one paused, one weekly the tests fire by hand);
 and a handler subscription. The e2e fixtures add a task subscription and a loopback webhook
 subscription through the services, and seed runs of these tasks."""
 
@@ -38,6 +38,12 @@ def charge(invoice: str) -> str:
         _charged.add(invoice)
         raise ValueError(f"the payment gateway refused invoice {invoice} (try again)")
     return f"invoice {invoice} charged"
+
+
+@app.task(name="refund", redact=("card",))
+def refund(order: int, card: str) -> str:
+    """Refunds an order to a card; the card number is never shown (``redact``)."""
+    return f"order {order} refunded to the card ending {card[-4:]}"
 
 
 @app.task(name="slow", queue="reports")

@@ -5,14 +5,15 @@ receiver for its webhook subscription.
 Before the server starts, :func:`seed` opens the app on the file and makes the tokens, a second
 namespace, events, a task and a webhook subscription, and runs: some that succeed, one that
 fails with a traceback, one that fails once (a dead letter that succeeds when requeued), one
-that runs for a long time, and two scheduled ones. Once it listens, a bulk cancel of the
-scheduled runs gives an operation, and :func:`start` waits until the seeded runs have ended.
+that runs for a long time, and two scheduled ones. Runs that ended in the hour before are
+executed in the test process on a clock of their own. Once the server listens, the
+``every_minute`` job is triggered three times, a bulk cancel of the scheduled runs gives an
+operation, and :func:`start` waits until the seeded runs have ended.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import re
@@ -31,14 +32,20 @@ from typing import Any
 import httpx
 
 from apps import console_app
+from cronbus import App
+from cronbus.clock import SystemClock
 from cronbus.services import EventInput, Services, SubscriptionInput
-from cronbus.services.tokens import TokensService
+from cronbus.testing import FakeClock, run_until_idle_async
 
 TESTS = Path(__file__).resolve().parents[1]
 URL = re.compile(r"cronbus API listening on (http://127\.0\.0\.1:\d+)")
 DEADLINE = 60.0
 """Seconds the server gets to listen, and the seeded runs to end, on a busy machine."""
 WORKER = "console-worker-1"
+CARD = "4242 4242 4242 4242"
+"""The card number of the seeded refund, which no page may show."""
+HISTORY_MINUTES = 55
+"""How far back the seeded runs that ended before the server started go."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,8 @@ class Server:
     """A dead run of ``charge``: requeued, it succeeds."""
     ok_run: int
     """A succeeded run of ``ok`` (arguments ``order=1001, customer="ada"``)."""
+    refund: int
+    """A succeeded run of ``refund``, whose ``card`` argument the task redacts."""
     operation: int
     """A finished bulk cancel of the two scheduled runs."""
     log: Path
@@ -104,17 +113,33 @@ class _Seeded:
     failed_run: int
     dead_letter: int
     ok_runs: tuple[int, ...]
+    refund: int
     scheduled: tuple[int, ...]
 
 
 async def _token(services: Services, name: str, scope: str, *, payloads: bool = True) -> str:
-    options: dict[str, Any] = {}
-    # ``payloads`` is H3's addition to the tokens service: passed once it exists.
-    if not payloads and "payloads" in inspect.signature(TokensService.create).parameters:
-        options["payloads"] = False
     namespaces = ["*"] if scope == "admin" else ["default"]
-    _, text = await services.tokens.create(name, scope, namespaces, **options)
+    _, text = await services.tokens.create(name, scope, namespaces, payloads=payloads)
     return text
+
+
+async def _history(app: App) -> None:
+    """Runs that ended over the last hour, executed here on a clock of their own, so the
+    overview's chart and the runs table have a past: a few orders every five minutes, and now
+    and then a failure."""
+    clock = FakeClock(time.time() - HISTORY_MINUTES * 60)
+    app.clock = clock
+    try:
+        runs = app.services().runs
+        for step in range(HISTORY_MINUTES // 5):
+            for n in range(2 + step % 3):
+                await runs.defer("ok", kwargs={"order": 900 + 10 * step + n, "customer": "ada"})
+            if step % 4 == 1:
+                await runs.defer("boom", kwargs={"reason": "the bank timed out"})
+            await run_until_idle_async(app, raise_errors=False)
+            clock.advance(300.0)
+    finally:
+        app.clock = SystemClock()
 
 
 async def seed(url: str, webhook: str) -> _Seeded:
@@ -122,6 +147,7 @@ async def seed(url: str, webhook: str) -> _Seeded:
     app = console_app.app
     app.use_store(url)
     async with app:
+        await _history(app)
         services = app.services()
         tokens = Tokens(
             admin=await _token(services, "ops-admin", "admin"),
@@ -162,12 +188,13 @@ async def seed(url: str, webhook: str) -> _Seeded:
         ]
         failed = (await runs.defer("boom", kwargs={"reason": "card expired"})).run.id
         dead = (await runs.defer("charge", kwargs={"invoice": "INV-2041"})).run.id
+        refund = await runs.defer("refund", kwargs={"order": 1002, "card": CARD})
         await runs.defer("slow", kwargs={"seconds": 3600.0})
         scheduled = [
             (await runs.defer("slow", kwargs={"seconds": 5.0}, delay=3600.0)).run.id
             for _ in range(2)
         ]
-    return _Seeded(tokens, failed, dead, tuple(ok_runs), tuple(scheduled))
+    return _Seeded(tokens, failed, dead, tuple(ok_runs), refund.run.id, tuple(scheduled))
 
 
 def _in_thread(work: Callable[[], Any]) -> Any:
@@ -224,16 +251,27 @@ def until(check: Callable[[], bool], what: str, timeout: float = DEADLINE) -> No
         time.sleep(0.1)
 
 
-def _settled(client: httpx.Client, seeded: _Seeded) -> Callable[[], bool]:
-    wanted = {seeded.failed_run: "dead", seeded.dead_letter: "dead"}
-    wanted.update(dict.fromkeys(seeded.ok_runs, "succeeded"))
-
+def _settled(client: httpx.Client, wanted: dict[int, str]) -> Callable[[], bool]:
     def check() -> bool:
         states = {i: client.get(f"/v1/runs/{i}").json()["run"]["state"] for i in wanted}
         workers = client.get("/v1/workers").json()["items"]
         return states == wanted and any(w["worker"]["id"] == WORKER for w in workers)
 
     return check
+
+
+def _fire(client: httpx.Client, job: str) -> int:
+    """Trigger ``job`` once its scheduler has synced it from the code: the run's id."""
+    fired: list[int] = []
+
+    def trigger() -> bool:
+        response = client.post(f"/v1/jobs/{job}/trigger")
+        if response.status_code == 201:
+            fired.append(response.json()["id"])
+        return bool(fired)
+
+    until(trigger, f"job {job} triggered")
+    return fired[0]
 
 
 def _operation(client: httpx.Client, scheduled: tuple[int, ...]) -> int:
@@ -268,7 +306,10 @@ def start(tmp: Path) -> Iterator[Server]:
             base = _listening(proc, log)
             auth = {"Authorization": f"Bearer {seeded.tokens.admin}"}
             with httpx.Client(base_url=base, headers=auth, timeout=10.0) as client:
-                until(_settled(client, seeded), "seeded runs ended, worker registered")
+                wanted = {seeded.failed_run: "dead", seeded.dead_letter: "dead"}
+                wanted.update(dict.fromkeys([*seeded.ok_runs, seeded.refund], "succeeded"))
+                wanted.update({_fire(client, "every_minute"): "succeeded" for _ in range(3)})
+                until(_settled(client, wanted), "seeded runs ended, worker registered")
                 operation = _operation(client, seeded.scheduled)
             yield Server(
                 url=base,
@@ -276,6 +317,7 @@ def start(tmp: Path) -> Iterator[Server]:
                 failed_run=seeded.failed_run,
                 dead_letter=seeded.dead_letter,
                 ok_run=seeded.ok_runs[0],
+                refund=seeded.refund,
                 operation=operation,
                 log=log,
             )

@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from .browsing import login, pages
-from .served import Server
+from .served import CARD, Server
 
 pytestmark = pytest.mark.e2e
 
@@ -66,3 +66,13 @@ def test_a_token_without_payloads_sees_them_redacted(page: Page, server: Server)
     expect(main).to_contain_text("[redacted]")
     expect(main).not_to_contain_text('"ada"')
     expect(main).not_to_contain_text("confirmed")
+
+
+def test_an_argument_the_task_redacts_is_hidden_from_every_token(
+    page: Page, server: Server
+) -> None:
+    login(page, server.tokens.admin, f"/runs/{server.refund}")
+    main = page.locator("main")
+    expect(main).to_contain_text("1002")  # the order, not redacted
+    expect(main).to_contain_text("[redacted]")
+    expect(main).not_to_contain_text(CARD)

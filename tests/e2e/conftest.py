@@ -20,6 +20,7 @@ from playwright.sync_api import (
     BrowserContext,
     Page,
     Playwright,
+    Request,
     expect,
     sync_playwright,
 )
@@ -65,24 +66,34 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield served
 
 
+class OriginGuard:
+    """Notes every request a browser context sends anywhere but ``origin``."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.foreign: list[str] = []
+
+    def watch(self, context: BrowserContext) -> None:
+        """Note the requests of every page of ``context`` from now on."""
+        context.on("request", self._note)
+
+    def _note(self, request: Request) -> None:
+        if request.url != self.origin and not request.url.startswith(self.origin + "/"):
+            self.foreign.append(request.url)
+
+
 @pytest.fixture
 def new_page(browser: Browser, server: Server) -> Iterator[NewPage]:
     """Pages in fresh contexts (``new_page(viewport=..., color_scheme=...)``); after the test,
     every request they made must have gone to the server."""
     contexts: list[BrowserContext] = []
-    foreign: list[str] = []
-    origin = server.url
-
-    def note(request: Any) -> None:
-        url: str = request.url
-        if url != origin and not url.startswith(origin + "/"):
-            foreign.append(url)
+    guard = OriginGuard(server.url)
 
     def make(**options: Any) -> Page:
         options.setdefault("viewport", DESKTOP)
-        context = browser.new_context(base_url=origin, **options)
+        context = browser.new_context(base_url=server.url, **options)
         context.set_default_timeout(TIMEOUT_MS)
-        context.on("request", note)
+        guard.watch(context)
         contexts.append(context)
         return context.new_page()
 
@@ -91,7 +102,7 @@ def new_page(browser: Browser, server: Server) -> Iterator[NewPage]:
     finally:
         for context in contexts:
             context.close()
-    assert not foreign, f"requests left the server: {foreign}"
+    assert not guard.foreign, f"requests left the server: {guard.foreign}"
 
 
 @pytest.fixture

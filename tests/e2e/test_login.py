@@ -1,13 +1,15 @@
 """Logging in to the console in a real browser: a bad token is refused on the form, a good one
-lands on the page asked for (the overview by default)."""
+lands on the page asked for (the overview by default); and the guard every browser test has
+notices a request to another origin."""
 
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from .browsing import login
-from .served import Server
+from .conftest import OriginGuard
+from .served import Server, until
 
 pytestmark = pytest.mark.e2e
 
@@ -36,3 +38,18 @@ def test_a_page_asked_for_before_login_is_shown_after_it(page: Page, server: Ser
     page.get_by_role("button", name="Log in").click()
     page.wait_for_url("**/workers")
     expect(page.locator("#workers")).to_contain_text("console-worker-1")
+
+
+def test_the_origin_guard_notices_a_request_elsewhere(browser: Browser, server: Server) -> None:
+    context = browser.new_context(base_url=server.url)
+    guard = OriginGuard(server.url)
+    guard.watch(context)
+    try:
+        page = context.new_page()
+        page.goto("/login")
+        assert guard.foreign == []
+        # Another port of the same host is another origin (nothing listens on port 9).
+        page.evaluate("fetch('http://127.0.0.1:9/font.woff2').catch(() => null)")
+        until(lambda: guard.foreign == ["http://127.0.0.1:9/font.woff2"], "the fetch noted")
+    finally:
+        context.close()

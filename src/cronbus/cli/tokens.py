@@ -25,7 +25,17 @@ from .subs_render import table
 _json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON document instead of text."
 )
-_COLUMNS = ("ID", "NAME", "SCOPE", "NAMESPACES", "STATE", "CREATED (UTC)", "EXPIRES", "LAST USED")
+_COLUMNS = (
+    "ID",
+    "NAME",
+    "SCOPE",
+    "NAMESPACES",
+    "PAYLOADS",
+    "STATE",
+    "CREATED (UTC)",
+    "EXPIRES",
+    "LAST USED",
+)
 
 
 @click.group(cls=CronbusGroup)
@@ -59,6 +69,13 @@ def tokens() -> None:
     metavar="SECONDS",
     help="Seconds until the token expires. Default: never.",
 )
+@click.option(
+    "--payloads/--no-payloads",
+    default=True,
+    show_default=True,
+    help="Whether the token may read runs' arguments and results; with --no-payloads they "
+    "read [redacted] (and it cannot search by them).",
+)
 @where_options(namespace_option=False)
 @_json_option
 def create_token(
@@ -66,6 +83,7 @@ def create_token(
     namespaces: tuple[str, ...],
     name: str | None,
     expires: float | None,
+    payloads: bool,
     where: Where,
     as_json: bool,
 ) -> None:
@@ -78,6 +96,17 @@ def create_token(
     label = name if name is not None else f"{scope} token for {', '.join(chosen)}"
 
     async def create(services: AnyServices) -> tuple[TokenRecord, str]:
+        from ..services import Services
+
+        if isinstance(services, Services):
+            return await services.tokens.create(
+                label, scope, chosen, expires_in=expires, payloads=payloads
+            )
+        if not payloads:
+            # The HTTP client's tokens.create does not send the field yet.
+            raise click.UsageError(
+                "--no-payloads works on the store itself (--store) for now, not through --url"
+            )
         return await services.tokens.create(label, scope, chosen, expires_in=expires)
 
     record, text = run_services(where, create)
@@ -85,9 +114,10 @@ def create_token(
         render.print_json({**token_json(record), "token": text})
         return
     click.echo(text)
+    hidden = "" if record.payloads else ", payloads redacted"
     click.echo(
-        f"token {record.id} ({record.scope} in {', '.join(record.namespaces)}): store it now, "
-        "it is not shown again",
+        f"token {record.id} ({record.scope} in {', '.join(record.namespaces)}{hidden}): store "
+        "it now, it is not shown again",
         err=True,
     )
 
@@ -136,6 +166,7 @@ def token_json(record: TokenRecord) -> dict[str, Any]:
         "name": record.name,
         "scope": record.scope,
         "namespaces": list(record.namespaces),
+        "payloads": record.payloads,
         "state": token_state(record, time.time()),
         "created_at": render.iso(record.created_at),
         "created_by": record.created_by,
@@ -154,6 +185,7 @@ def _print_tokens(found: Sequence[TokenRecord]) -> None:
             record.name,
             record.scope,
             ",".join(record.namespaces),
+            "yes" if record.payloads else "redacted",
             token_state(record, now),
             render.human_time(record.created_at),
             render.human_time(record.expires_at) or "never",

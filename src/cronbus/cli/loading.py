@@ -8,7 +8,6 @@ cause (a bad option, an unknown run id, a store that cannot be opened) ends as o
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import importlib
@@ -17,13 +16,17 @@ import sys
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from types import ModuleType
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ..app import App
 from ..errors import CronbusError
 from ..validation import shorten, unstorable_reason
+
+if TYPE_CHECKING:
+    # The app (and through it the stores and asyncio) is imported by the commands that open
+    # one, not by `cronbus --help`, which imports this module for CronbusGroup.
+    from ..app import App
 
 T = TypeVar("T")
 E = TypeVar("E", bound=enum.StrEnum)
@@ -178,6 +181,8 @@ def parse_states(
 
 def resolve_app(app_spec: str | None, store_url: str | None) -> App:
     """The app a command works on: the one ``--app`` names, or a bare app on the store."""
+    from ..app import App
+
     if app_spec is None:
         # App() falls back to CRONBUS_STORE, then to the default SQLite file.
         return App(store=store_url)
@@ -202,6 +207,8 @@ def run_with_app(app: App, work: Callable[[App], Awaitable[T]], *, create: bool 
     ``create`` says whether a missing store may be created; by default, only for the
     :data:`CREATING_COMMANDS` (outside a command, always).
     """
+    import asyncio
+
     creating = _creating_command() if create is None else create
 
     async def session() -> T:
@@ -227,6 +234,8 @@ def _creating_command() -> bool:
 
 def load_app(spec: str) -> App:
     """Import ``module:attribute`` (or ``module`` with an ``app``) and check it is an App."""
+    from ..app import App
+
     module_name, colon, attribute = spec.strip().partition(":")
     if not module_name or (colon and not attribute):
         raise CliError(f"--app {spec!r} must look like module:attribute (for example myapp:app)")
@@ -286,4 +295,6 @@ def _missing(module: ModuleType, module_name: str, attribute: str) -> str:
 
 
 def _apps_in(module: ModuleType) -> Sequence[str]:
+    from ..app import App
+
     return sorted(name for name, value in vars(module).items() if isinstance(value, App))

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 
+import console_tabs
 import cron
 import defer
 import delivery
@@ -56,9 +57,12 @@ PLAN: dict[str, tuple[Main, list[str]]] = {
 # PostgreSQL schema when --store names one): not part of `make bench`.
 OPT_IN: dict[str, tuple[Main, list[str]]] = {
     "distribution": (distribution.main, ["--store", "sqlite"]),
+    # A cronbus api process on a PostgreSQL schema and Chromium pages: a few minutes.
+    "console_tabs": (console_tabs.main, []),
 }
 QUICK: dict[str, list[str]] = {
     "distribution": ["--quick"],
+    "console_tabs": ["--quick"],
     "cron": ["--steps", "500", "--parse", "200", "--repeat", "1"],
     "defer": ["--single", "500", "--bulk", "10000", "--sync", "500"],
     "throughput": ["--runs", "4000"],

@@ -22,8 +22,8 @@ SERIES: tuple[str, ...] = ("succeeded", "failed", "dead", "cancelled", "skipped"
 """The outcomes drawn, bottom to top (the terminal states a run ends in)."""
 WINDOWS: dict[int, str] = {3600: "last hour", 86_400: "last day"}
 """The windows the chart offers (seconds) and their names."""
-WIDTH = 720
-HEIGHT = 220
+WIDTH = 960
+HEIGHT = 260
 _LEFT = 40  # room for the y-axis labels
 _BOTTOM = 22  # room for the x-axis labels
 _TOP = 8
@@ -158,7 +158,7 @@ def _axes(top: int, plot_h: int) -> list[str]:
         )
         lines.append(
             f'<text class="axis" x="{_LEFT - 6}" y="{y + 4:.2f}" text-anchor="end" '
-            f'fill="currentColor" font-size="11">{shown}</text>'
+            f'fill="currentColor" font-size="12">{shown}</text>'
         )
     return lines
 
@@ -174,6 +174,6 @@ def _times(shown: Sequence[Bar], slot: float) -> list[str]:
         x = _LEFT + n * slot
         out.append(
             f'<text class="axis" x="{x:.2f}" y="{HEIGHT - 6}" fill="currentColor" '
-            f'font-size="11">{escape(clock(shown[n].start, with_date=dated))}</text>'
+            f'font-size="12">{escape(clock(shown[n].start, with_date=dated))}</text>'
         )
     return out

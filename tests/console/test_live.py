@@ -249,10 +249,6 @@ async def test_stop_streams_lets_the_server_stop_at_once(tmp_path: Path) -> None
             await until(ended, 10.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ApiServer.stop does not call console.routes.live.stop_streams yet (serving.py)",
-)
 async def test_served_exits_promptly_with_a_stream_open(tmp_path: Path) -> None:
     serving = served(make_app(f"sqlite:///{tmp_path / 'served.db'}"))
     api = await serving.__aenter__()

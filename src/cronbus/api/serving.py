@@ -106,6 +106,11 @@ class ApiServer:
     def stop(self, *, hurry: bool = False) -> None:
         """Stop accepting requests; requests in flight get a few seconds to end (none with
         ``hurry``)."""
+        # uvicorn's graceful shutdown waits for open responses: a console tab's live stream
+        # would hold it for the whole timeout, so the streams end first.
+        from ..console.routes.live import stop_streams
+
+        stop_streams(self.server.config.app)
         self.server.should_exit = True
         if hurry:
             self.server.force_exit = True

@@ -24,6 +24,7 @@ from ..admin_records import DEFAULT_NAMESPACE
 from ..errors import ForbiddenError, UnauthorizedError
 from ..services import Access, Scope, Services
 from ..validation import check_namespace
+from .cache import shared
 
 TOKEN_COOKIE = "cronbus_token"
 NAMESPACE_COOKIE = "cronbus_ns"
@@ -141,8 +142,12 @@ async def _namespaces(services: Services, access: Access) -> tuple[str, ...]:
     if access.namespaces is not None:
         return tuple(sorted(access.namespaces))
     names = {DEFAULT_NAMESPACE}
+    # Every page lists them for the switcher: shared like the token lookup, so twenty tabs
+    # refreshing together read them once.
+    key = ("namespaces", id(services.context.store), access.token_id or access.actor)
     with contextlib.suppress(ForbiddenError):
-        names.update(n.name for n in await services.namespaces.list())
+        found = await shared(key, AUTH_TTL, services.namespaces.list)
+        names.update(n.name for n in found)
     return tuple(sorted(names))
 
 

@@ -34,7 +34,8 @@ class RunQuery:
     """Payload matches, all of which a run must meet: ``("user", 42)`` is a keyword argument
     ``user`` equal to 42; a key of digits names a positional argument (``("0", "a")``).
     Equality is JSON's (``42`` is not ``"42"``). Refused for a caller who may not read
-    payloads, and for an argument the task redacts (it would reveal the hidden value)."""
+    payloads and for an argument the task searched redacts; searching every task, the runs
+    whose task hides a matched argument are left out (:mod:`.redaction`)."""
     id: int | None = None
     """The run with this id only (when it meets the other filters too)."""
 

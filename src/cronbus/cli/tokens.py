@@ -96,18 +96,9 @@ def create_token(
     label = name if name is not None else f"{scope} token for {', '.join(chosen)}"
 
     async def create(services: AnyServices) -> tuple[TokenRecord, str]:
-        from ..services import Services
-
-        if isinstance(services, Services):
-            return await services.tokens.create(
-                label, scope, chosen, expires_in=expires, payloads=payloads
-            )
-        if not payloads:
-            # The HTTP client's tokens.create does not send the field yet.
-            raise click.UsageError(
-                "--no-payloads works on the store itself (--store) for now, not through --url"
-            )
-        return await services.tokens.create(label, scope, chosen, expires_in=expires)
+        return await services.tokens.create(
+            label, scope, chosen, expires_in=expires, payloads=payloads
+        )
 
     record, text = run_services(where, create)
     if as_json:

@@ -26,12 +26,15 @@ class RemoteTokens:
         scope: Scope | str,
         namespaces: Iterable[str],
         expires_in: float | None = None,
+        payloads: bool = True,
     ) -> tuple[TokenRecord, str]:
-        """Create a token; returns its record and its text, shown this once."""
+        """Create a token (``payloads=False``: it sees runs' arguments and results redacted);
+        returns its record and its text, shown this once."""
         body: dict[str, Any] = {
             "name": name,
             "scope": str(scope),
             "namespaces": [namespaces] if isinstance(namespaces, str) else list(namespaces),
+            "payloads": payloads,
         }
         if expires_in is not None:
             body["expires_in"] = expires_in

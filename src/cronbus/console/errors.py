@@ -49,6 +49,7 @@ class ConsoleRoute(APIRoute):
     """A console route: session and cronbus errors are answered in HTML."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """FastAPI's handler of the route, answering login and cronbus errors as pages."""
         handler = super().get_route_handler()
 
         async def route(request: Request) -> Response:

@@ -18,12 +18,14 @@ from ..errors import ConfigurationError, InvalidArgumentError, JobExistsError, J
 from ..job_specs import JobOptions, build_spec, check_job_name
 from ..jobs import NEXT_LIMIT, _current, _following, code_job_guard, first_fire, trigger_of
 from ..model import Job, JobSpec, Run, RunFilter
+from ..states import RunState
 from ..store.logic import job_run
 from ..task import Task
 from ..triggers import next_fires
 from ..validation import check_int, check_label, shorten
 from .context import Context, guess_field, naming
 from .pages import DEFAULT_LIMIT, Page, check_limit, decode_cursor, page_of
+from .redaction import Redactor
 
 TRIGGER_KINDS = ("cron", "every", "after", "at")
 """The options that each give a whole trigger (exactly one per job)."""
@@ -84,7 +86,22 @@ class JobsService:
         self._c.read()
         job = await self._get(name)
         wanted = RunFilter(job_id=job.id, namespace=self._c.namespace, limit=check_limit(limit))
-        return await self._c.store.list_runs(wanted)
+        return Redactor(self._c).runs(await self._c.store.list_runs(wanted))
+
+    async def recent_outcomes(
+        self, jobs: Sequence[Job], per_job: int = 10
+    ) -> dict[int, builtins.list[tuple[int, RunState]]]:
+        """The newest ``per_job`` runs of each of ``jobs`` (by job id: run id and state,
+        newest first), in one store call: the strip of outcomes a job list shows."""
+        self._c.read()
+        with naming("per_job"):
+            per_job = check_int(per_job, "per_job", 1, 100)
+        for job in jobs:
+            self._c.owns(job.spec.namespace, JobNotFoundError(f"no job named {job.name!r}"))
+        if not jobs:
+            return {}
+        ids = sorted({job.id for job in jobs})
+        return await self._c.store.recent_job_runs(self._c.namespace, ids, per_job)
 
     async def next_fires(self, name: str, count: int = 10) -> builtins.list[float]:
         """The job's next ``count`` fire times (epoch seconds), as its trigger plans them.
@@ -213,7 +230,7 @@ class JobsService:
         now = self._c.now()
         (done,) = await self._c.store.defer([job_run(job, now, now)], now)
         await self._c.audit("jobs.trigger", job.name, {"run": done.id})
-        return await self._c.store.get_run(done.id)
+        return Redactor(self._c).run(await self._c.store.get_run(done.id))
 
     # -- helpers ---------------------------------------------------------------------------------
     def _task(self, task: str | Task[Any, Any]) -> Task[Any, Any]:

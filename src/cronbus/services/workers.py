@@ -18,6 +18,7 @@ from ..store import CONTROL_CHANNEL
 from ..validation import check_seconds, check_text, shorten
 from .access import Scope
 from .context import Context, naming
+from .redaction import Redactor
 from .views import WorkerView
 
 PRUNE_AFTER = 86_400.0
@@ -109,7 +110,8 @@ class WorkersService:
             now, self._c.settings.lease_seconds, namespace=self._c.namespace
         )
         held = [run_id for worker in found for run_id in worker.running]
-        runs = {run.id: run for run in await self._c.store.get_runs(held)} if held else {}
+        shown = Redactor(self._c).runs(await self._c.store.get_runs(held)) if held else []
+        runs = {run.id: run for run in shown}
         return [
             WorkerView(
                 worker=worker,

@@ -22,6 +22,8 @@ from ...cli.jobs_render import describe, job_state, planned_fire, zone_of
 from ...model import Job
 from ...states import RunState
 from ..cache import shared
+from ..search import RunSearch
+from ..search import format as format_search
 from ..session import Console, Session
 from ..templates import page, query
 from .common import console_router, done, safe_next
@@ -78,7 +80,7 @@ def job_href(name: str) -> str:
 
 def runs_href(name: str) -> str:
     """The runs page searching for a job's runs."""
-    return "/runs?q=" + quote(f"job:{name}", safe="")
+    return "/runs?q=" + quote(format_search(RunSearch(job=name)), safe="")
 
 
 def _here(request: Request, path: str) -> str:
@@ -95,16 +97,14 @@ def _triggered(request: Request) -> int | None:
 
 async def _recent(session: Session, jobs: Sequence[Job]) -> dict[int, list[tuple[int, RunState]]]:
     """The latest runs of each of ``jobs`` (newest first), in one store call shared by every
-    tab showing the same jobs for :data:`STRIP_TTL` seconds. The caller has already read
-    the jobs through the services, so its access to the namespace was checked."""
+    tab showing the same jobs for :data:`STRIP_TTL` seconds."""
     if not jobs:
         return {}
     store = session.services.context.store
-    namespace = session.namespace
     ids = tuple(sorted(job.id for job in jobs))
     # The store itself, not its id: a closed store's id may be reused by a new one.
-    key = ("jobs.recent", store, namespace, ids)
-    return await shared(key, STRIP_TTL, lambda: store.recent_job_runs(namespace, ids, STRIP))
+    key = ("jobs.recent", store, session.namespace, ids)
+    return await shared(key, STRIP_TTL, lambda: session.services.jobs.recent_outcomes(jobs, STRIP))
 
 
 def _row(job: Job, recent: dict[int, list[tuple[int, RunState]]]) -> JobRow:

@@ -29,7 +29,10 @@ test: $(STAMP) $(CHROMIUM)  ## lint, type-check and run the whole test suite
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not serial"
+	@# The tests start many cronbus subprocesses; with PYTHONDONTWRITEBYTECODE set, each would
+	@# compile the package again, so compile it once.
+	$(PY) -m compileall -q src tests bench
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not serial"
 	$(PY) -m pytest -q -m serial
 
 check: test

@@ -109,3 +109,12 @@ def new_page(browser: Browser, server: Server) -> Iterator[NewPage]:
 def page(new_page: NewPage) -> Page:
     """A desktop-sized page in a fresh context."""
     return new_page()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep every browser test on one test process (``make test`` runs pytest-xdist with
+    ``--dist loadgroup``): they share one server and one Chromium per process, so spreading
+    them would start three of each."""
+    for item in items:
+        if item.get_closest_marker("e2e") is not None:
+            item.add_marker(pytest.mark.xdist_group("e2e"))

@@ -56,10 +56,11 @@ def stubborn_sync(seconds: float) -> None:
         print("cancel token set: stopping early")
 
 
-@app.task(retries=Retry(retries=1, backoff=0.2))
-def charge_card(amount: int) -> None:
-    """Always fails: after its retry it becomes a dead letter that can be requeued."""
-    raise ValueError(f"card declined for {amount} cents")
+@app.task(retries=Retry(retries=1, backoff=0.2), redact=("card",))
+def charge_card(amount: int, card: str) -> None:
+    """Always fails: after its retry it becomes a dead letter that can be requeued. Its card
+    number is hidden from every token (the console and the API show ``[redacted]``)."""
+    raise ValueError(f"card ending {card[-4:]} declined for {amount} cents")
 
 
 @app.job(cron="*/5 * * * * *", overlap="skip")
@@ -79,7 +80,7 @@ async def _defer_batch(round_: int) -> None:
     await flaky_report.defer_async(day=f"2026-11-{round_ % 28 + 1:02d}-{random.random():.6f}")
     await slow_export.defer_async(1000)
     await stubborn_sync.defer_async(10.0)
-    await charge_card.defer_async(1999)
+    await charge_card.defer_async(1999, card="4000 0000 0000 0002")
     await app.publish_async("orders", "order.created", {"order": round_, "amount": 1999})
     log.info("demo: deferred round %d of 5 runs and published one event", round_)
 

@@ -1,5 +1,5 @@
 """Fixtures of the console's browser tests: one seeded ``cronbus server`` process and one
-headless Chromium for the whole session, a fresh browser context per test (each test logs in
+headless Chromium for the package's tests, a fresh browser context per test (each test logs in
 through the real login form), and a guard that fails a test whose pages sent any request to
 another origin than the server's.
 
@@ -37,7 +37,10 @@ NewPage = Callable[..., Page]
 """``new_page(**context_options)``: a page in a fresh, guarded context."""
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API keeps its event loop marked as running in
+# the main thread until it stops, and every asyncio test the same test process runs after the
+# browser tests would find "another loop running". Leaving this package stops it.
+@pytest.fixture(scope="package")
 def playwright() -> Iterator[Playwright]:
     """Playwright's driver (sync API), skipped or failed without Chromium."""
     if not CHROMIUM.exists():
@@ -49,7 +52,7 @@ def playwright() -> Iterator[Playwright]:
         yield driver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     """One headless Chromium for the session."""
     chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)

@@ -21,6 +21,7 @@ import click
 from rich.text import Text
 
 from ..job_specs import JobOptions
+from ..job_views import describe, job_state, local_iso, planned_fire, zone_of
 from ..jobs import first_fire
 from ..model import Job, Run
 from ..services import RunQuery
@@ -28,17 +29,7 @@ from ..triggers import make_trigger
 from . import render
 from .connect import AnyServices, Where, collect, run_services, where_options
 from .jobs_options import TRIGGERS, definition_options, job_options
-from .jobs_render import (
-    describe,
-    job_fields,
-    job_json,
-    job_state,
-    local_iso,
-    planned_fire,
-    print_jobs,
-    state_text,
-    zone_of,
-)
+from .jobs_render import job_fields, job_json, print_jobs, state_text
 from .loading import CliError, CronbusGroup
 
 FC = TypeVar("FC", bound=Callable[..., Any])

@@ -1,26 +1,19 @@
-"""How the `cronbus jobs` commands show a job: its one-word state, a table, fields, JSON.
-
-A job's state is one word: ``active`` (it will fire), ``paused``, ``disabled`` (gone from the
-app's code: kept, never fired, until removed), ``waiting`` (an ``after`` job whose run has not
-ended yet, so its next fire is not planned) or ``finished`` (no fire left).
-"""
+"""How the `cronbus jobs` commands show a job: a table, fields, JSON (its state and schedule in
+words come from :mod:`cronbus.job_views`, shared with the console)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import CronbusError
+from ..job_views import describe, job_state, local_iso, planned_fire, zone_of
 from ..model import Job, Misfire
-from ..triggers import trigger_from_spec
 from . import render
 
 _STATE_STYLES = {
@@ -40,25 +33,6 @@ _LIST_COLUMNS = (
     "MISFIRE",
     "OVERLAP",
 )
-
-
-def job_state(job: Job) -> str:
-    """One word for where a job stands (see the module docstring)."""
-    if not job.enabled:
-        return "disabled"
-    if job.spec.paused:
-        return "paused"
-    if job.next_fire_at is not None:
-        return "active"
-    spec = job.spec
-    if spec.after_seconds is not None and (spec.max_fires is None or job.fires < spec.max_fires):
-        return "waiting"
-    return "finished"
-
-
-def planned_fire(job: Job) -> float | None:
-    """The job's next fire, or None when it will not fire (paused or disabled included)."""
-    return job.next_fire_at if job_state(job) == "active" else None
 
 
 def job_json(job: Job) -> dict[str, Any]:
@@ -165,16 +139,6 @@ def _fanout(job: Job) -> str:
     return ""
 
 
-def describe(job: Job) -> str:
-    """The trigger in words, e.g. ``cron '0 9 * * *' in Europe/Paris`` or ``every 60s``."""
-    try:
-        return trigger_from_spec(job.spec.trigger).describe()
-    except (CronbusError, ArithmeticError, ValueError) as exc:
-        # A stored trigger this version refuses (stored by an older one, or by hand) must not
-        # hide every other job; the scheduler pauses such a job.
-        return f"invalid trigger: {exc}"
-
-
 def _misfire(job: Job) -> str:
     spec = job.spec
     text = f"{spec.misfire.value} (grace {spec.misfire_grace:g} s"
@@ -192,19 +156,3 @@ def state_text(job: Job) -> Text:
     """A job's state word, styled."""
     state = job_state(job)
     return Text(state, style=_STATE_STYLES[state])
-
-
-def zone_of(job: Job) -> ZoneInfo:
-    """The job's time zone: its trigger's (cron, every), else UTC."""
-    name = job.spec.trigger.get("tz")
-    try:
-        return ZoneInfo(name) if isinstance(name, str) else ZoneInfo("UTC")
-    except (ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")  # shown as UTC; `jobs show` says the trigger is invalid
-
-
-def local_iso(timestamp: float | None, zone: ZoneInfo) -> str | None:
-    """Epoch seconds as an ISO-8601 time in ``zone`` (None stays None)."""
-    if timestamp is None:
-        return None
-    return datetime.fromtimestamp(timestamp, zone).isoformat(timespec="milliseconds")

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from fastapi import Form, Request, Response
 
-from ...cli.jobs_render import describe, job_state, planned_fire, zone_of
+from ...job_views import describe, job_state, planned_fire, zone_of
 from ...model import Job
 from ...states import RunState
 from ..cache import shared

@@ -1,5 +1,6 @@
-"""Pictures of every console page for docs/console.md: 1280 x 800 in the light theme, the
-overview in the dark one, and the runs page on a 390 px phone.
+"""Pictures of every console page for docs/console.md: 1280 x 800 in the light theme (the login
+form and a delivery's attempts too), the overview in the dark one, and the runs page on a 390 px
+phone.
 
 They are written to ``docs/console/`` (same names each time, overwritten) when
 ``CRONBUS_SCREENSHOTS=1``, else to the test's temporary folder; either way each page must load
@@ -43,9 +44,21 @@ def test_screenshots_of_every_page(new_page: NewPage, server: Server, tmp_path: 
     for name, path in pages(server).items():
         # The runs table is long: its first screenful says what it is.
         shoot(page, path, folder / f"{name}.png", whole=name != "runs")
+    # A delivery's page (its attempts with status and response) is reached from the
+    # subscription's table; the webhook's deliveries are pushed by the served dispatcher.
+    page.goto("/subscriptions/billing-webhook")
+    delivery = page.locator('a[href^="/deliveries/"]').first
+    expect(delivery).to_be_visible()
+    href = delivery.get_attribute("href")
+    assert href is not None
+    shoot(page, href, folder / "delivery.png")
     dark = new_page(color_scheme="dark")
     login(dark, server.tokens.admin)
     shoot(dark, "/", folder / "overview-dark.png")
+    stranger = new_page(color_scheme="light")
+    stranger.goto("/login")
+    expect(stranger.get_by_role("button", name="Log in")).to_be_visible()
+    stranger.screenshot(path=folder / "login.png", animations="disabled")
     phone = new_page(color_scheme="light", viewport=PHONE)
     login(phone, server.tokens.admin)
     shoot(phone, "/runs", folder / "runs-phone.png", whole=False)

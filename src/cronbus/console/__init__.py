@@ -4,9 +4,11 @@
 operator logs in with an API token (kept in an HttpOnly, SameSite=Strict cookie); every page
 reads and changes the store through :class:`~cronbus.services.Services` with that token's
 access, so the console can do exactly what the token may do and offers nothing more. Pages are
-Jinja2 templates with htmx for partial updates; one server-sent-events stream per tab
-(:mod:`.routes.live`) tells the tab when the shared, cached aggregate changed. Every asset is
-served from this package: nothing is loaded from the network.
+Jinja2 templates with htmx for partial updates; a server-sent-events stream
+(:mod:`.routes.live`) tells the tabs when the shared, cached aggregate changed: one per browser
+and namespace (the visible tab holding a Web Lock streams and passes ticks to the others; a
+browser without Web Locks opens one per tab), and none from a hidden tab. Every asset is served
+from this package: nothing is loaded from the network.
 """
 
 from __future__ import annotations

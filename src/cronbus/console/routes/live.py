@@ -1,13 +1,14 @@
-"""Console section: the live stream (``GET /live?ns=NS``), one per open tab.
+"""Console section: the live stream (``GET /live?ns=NS``), one per browser and namespace.
 
 A stream of server-sent events: ``event: tick`` at once and every 2 s, with the namespace
 overview's ``version`` and its figures by ``data-figure`` name (``console.js`` fills them in
-and, when the version changes, tells the page's live parts to fetch themselves again). Every
-tab of a namespace listens to one feed of the process's hub (:mod:`..hub`): twenty tabs cost
-one computation per tick, and a tab that closes its stream (hidden) costs nothing. A comment
-line keeps an idle connection open through proxies. The stream checks its token again every
-minute and ends when it was revoked; it ends at once when the server stops
-(:func:`stop_streams`).
+and, when the version changes, tells the page's live parts to fetch themselves again). The
+browser's visible tab holding a Web Lock opens it and passes its ticks to the other tabs (a
+browser without Web Locks opens one per tab). Every stream of a namespace listens to one
+feed of the process's hub (:mod:`..hub`): twenty streams cost one computation per tick, and a
+tab that closes its stream (hidden) costs nothing. A comment line keeps an idle connection
+open through proxies. The stream checks its token again every minute and ends when it was
+revoked; it ends at once when the server stops (:func:`stop_streams`).
 """
 
 from __future__ import annotations

@@ -161,3 +161,16 @@ class Abort(Exception):
 
 class WebhookVerificationError(CronbusError):
     """The webhook is refused: a header is missing, it is too old, or no signature matches."""
+
+
+class ConnectorNotFoundError(NotFoundError):
+    """No connector has that name."""
+
+
+class ConnectorExistsError(ConflictError, ValueError):
+    """A connector of that name exists with another kind or config (creating a connector with
+    the same name, kind and config again is a no-op)."""
+
+
+class ConnectorConfigError(InvalidArgumentError):
+    """A connector's config is invalid: the message names the field and why."""

@@ -18,6 +18,7 @@ from ..presence import check_readable, not_found
 from ..wake import WakeHub
 from .admin import SqliteAdmin
 from .connection import Database
+from .connectors import SqliteConnectors
 from .events import SqliteEvents
 from .files import MEMORY, read_versions
 from .jobs import SqliteJobs
@@ -38,6 +39,7 @@ class SQLiteStore(
     SqliteWakeUps,
     SqliteEvents,
     SqliteSubscriptions,
+    SqliteConnectors,
     SqliteAdmin,
 ):
     """A :class:`~cronbus.store.ports.Store` on one SQLite file."""

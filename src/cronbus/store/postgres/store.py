@@ -42,6 +42,7 @@ from . import sql as q
 from .admin import PostgresAdmin
 from .children import PostgresChildren
 from .connection import Database
+from .connectors import PostgresConnectors
 from .events import PostgresEvents
 from .jobs import PostgresJobs
 from .leases import PostgresLeases
@@ -65,6 +66,7 @@ class PostgresStore(
     PostgresWakeUps,
     PostgresEvents,
     PostgresSubscriptions,
+    PostgresConnectors,
     PostgresAdmin,
 ):
     """A :class:`~cronbus.store.ports.Store` on PostgreSQL (see the module's docstring)."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .clock import Clock, SystemClock
 from .config import Settings
+from .connectors.registry import ConnectorKinds
 from .errors import ConfigurationError, CronbusError, InvalidArgumentError, UnknownTaskError
 from .events.bus import Events, Subscriptions, handler_spec
 from .events.event import DEFAULT_SOURCE, Event, make_event
@@ -91,6 +92,9 @@ class App:
         """Topics in the store: ``await app.events.read(topic, after=...)``, retention."""
         self.subscriptions = Subscriptions(self)
         """Subscriptions in the store: ``await app.subscriptions.add(...)``, ``pause``..."""
+        self.connector_kinds = ConnectorKinds()
+        """The connector kinds this app's workers can run: the built-ins, and the app's own
+        (``@app.connector_kinds.register`` on a :class:`~cronbus.connectors.Connector` class)."""
         self._startup: list[Hook] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._portal: Portal | None = None

@@ -41,6 +41,9 @@ class Settings:
     """Pushes a dispatcher runs at once, shared fairly by the subscriptions it holds."""
     dispatcher_lease_seconds: float = 15.0
     """A subscription's pusher belongs to its dispatcher this long past the last renewal."""
+    connector_lease_seconds: float = 15.0
+    """A connector task belongs to its worker this long past the last renewal: a dead
+    worker's tasks move to another worker after about this long."""
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     """Serialized JSON bytes a run's arguments or an event's data may take (1 MiB)."""
 
@@ -81,6 +84,7 @@ _SECONDS: dict[str, tuple[float, bool]] = {
     "poll_seconds": (0.0, False),
     "retry_aging_seconds": (0.0, False),
     "dispatcher_lease_seconds": (0.0, False),
+    "connector_lease_seconds": (0.0, False),
     "grace_seconds": (0.0, True),
 }
 _MAX_SECONDS = 365 * 86_400.0

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from .app import App
+from .connectors.runtime import ConnectorRuntime
 from .events.dispatcher import Dispatcher
 from .fairness import EVERY_QUEUE
 from .scheduler import Scheduler
@@ -65,18 +66,24 @@ async def serve(
     install_signals: bool = True,
     api: ApiRole | None = None,
     name: str | None = None,
+    connectors: bool = True,
 ) -> int:
-    """Open ``app`` and run the chosen roles until a stop signal, then close it.
+    """Open ``app`` and run the chosen roles until a stop signal, then close it. A worker
+    also runs connector tasks unless ``connectors`` is False.
 
     Returns the number of thread tasks the worker abandoned that are still running.
     """
     async with app:
-        roles = Roles(
-            worker=Worker(app, queues=queues, concurrency=concurrency, labels=labels, name=name)
+        working = (
+            Worker(app, queues=queues, concurrency=concurrency, labels=labels, name=name)
             if worker
-            else None,
+            else None
+        )
+        roles = Roles(
+            worker=working,
             scheduler=Scheduler(app) if scheduler else None,
             dispatcher=Dispatcher(app) if dispatcher else None,
+            connectors=_connectors(app, working) if connectors and working is not None else None,
             store=app.store,
             check_seconds=min(CHECK_SECONDS, app.settings.heartbeat_seconds),
             api=api,
@@ -104,6 +111,7 @@ class Roles:
         worker: Worker | None,
         scheduler: Scheduler | None,
         dispatcher: Dispatcher | None = None,
+        connectors: ConnectorRuntime | None = None,
         store: Store | None = None,
         check_seconds: float = CHECK_SECONDS,
         api: ApiRole | None = None,
@@ -112,6 +120,7 @@ class Roles:
         self.api = api
         self.scheduler = scheduler
         self.dispatcher = dispatcher
+        self.connectors = connectors
         self.store = store
         """The store checked every ``check_seconds`` while the roles run (None: unchecked)."""
         self.check_seconds = check_seconds
@@ -159,6 +168,8 @@ class Roles:
             running.append(self._work(self.worker))
         if self.dispatcher is not None:
             running.append(self.dispatcher.run(self._stop_dispatching))
+        if self.connectors is not None:
+            running.append(self.connectors.run(self._stop_dispatching))
         if self.api is not None:
             running.append(self.api.serve())
         await asyncio.gather(*running)
@@ -175,7 +186,7 @@ class Roles:
         try:
             await worker.run()
         finally:
-            others = (self.scheduler, self.dispatcher, self.api)
+            others = (self.scheduler, self.dispatcher, self.connectors, self.api)
             if any(role is not None for role in others) and not self._stopping:
                 log.info(
                     "worker %s stopped: stopping the other roles of this process",
@@ -208,6 +219,19 @@ class Roles:
             self.scheduler.request_stop()
         if self.worker is not None:
             self.worker.request_stop(hurry=hurry)
+
+
+def _connectors(app: App, worker: Worker) -> ConnectorRuntime:
+    """The connector runtime of a worker process: it holds tasks under the worker's id, so
+    ``connectors show`` names the same worker as ``workers list``."""
+    return ConnectorRuntime(
+        app.store,
+        app.connector_kinds,
+        app.clock,
+        holder=worker.id,
+        lease_seconds=app.settings.connector_lease_seconds,
+        poll_seconds=min(1.0, app.settings.poll_seconds),
+    )
 
 
 async def _cancel(tasks: set[asyncio.Task[object]]) -> None:
@@ -249,6 +273,7 @@ def run(
     labels: Sequence[str] = (),
     api: ApiRole | None = None,
     name: str | None = None,
+    connectors: bool = True,
 ) -> int:
     """Blocking form of :func:`serve`, with signal handlers; returns what ``serve`` returns."""
     return asyncio.run(
@@ -263,5 +288,6 @@ def run(
             labels=labels,
             api=api,
             name=name,
+            connectors=connectors,
         )
     )

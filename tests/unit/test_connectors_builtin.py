@@ -264,15 +264,17 @@ def test_file_source_keeps_a_cloudevents_attributes(lines: Path) -> None:
     assert (plain.id, plain.type, plain.time) == ("ev-2", "x.y", None)
 
 
-def test_file_source_turns_bad_lines_into_invalid_records_and_goes_on(lines: Path) -> None:
+def test_file_source_marks_bad_lines_as_bad_records_and_goes_on(lines: Path) -> None:
     lines.write_bytes(
         b'not json\n\n  \n\xff{"a"}\n{"n": NaN}\n{"specversion":"1.0","type":"t"}\n{"a\\u0000":1}\n'
         b'{"ok":true}\n'
     )
     records = started_source(lines).poll()
     for record in records:
-        as_event(record)  # every one is an event the runtime can append
-    invalid = [r.data for r in records if r.type == INVALID_TYPE]
+        if record.error is None:
+            as_event(record)  # every good one is an event the runtime can append
+    invalid = [{**r.data, "error": r.error} for r in records if r.type == INVALID_TYPE]
+    assert all(r.error is not None for r in records if r.type == INVALID_TYPE)
     assert [(d["offset"], d["line"]) for d in invalid] == [
         (0, "not json"),
         (13, '\\xff{"a"}'),
@@ -281,7 +283,7 @@ def test_file_source_turns_bad_lines_into_invalid_records_and_goes_on(lines: Pat
         (64, '{"a\\u0000":1}'),
     ]
     assert all(d["path"] == str(lines) and d["error"] for d in invalid)
-    assert invalid[3]["error"].startswith("CloudEvent source must be a non-empty string")
+    assert invalid[3]["error"].startswith("line at byte 31: CloudEvent source must be")
     assert "holds a NUL character" in invalid[4]["error"]
     assert [r.data for r in records if r.type != INVALID_TYPE] == [{"ok": True}]
     assert records[-1].position == lines.stat().st_size

@@ -2,8 +2,8 @@
 
 Commands live in small modules: :mod:`.roles` (server, worker, scheduler, dispatcher),
 :mod:`.runs` (runs, defer), :mod:`.dlq`, :mod:`.jobs`, :mod:`.workers`, :mod:`.events`,
-:mod:`.subs`, :mod:`.migrate`, :mod:`.loading` (finding the app and the store) and
-:mod:`.render` (tables and JSON). A command's module is imported when that command runs
+:mod:`.subs`, :mod:`.connectors`, :mod:`.migrate`, :mod:`.loading` (finding the app and the
+store) and :mod:`.render` (tables and JSON). A command's module is imported when that command runs
 (:mod:`.lazy`): every test and script pays a command's start-up, and most need one command.
 """
 
@@ -63,6 +63,11 @@ COMMANDS = {
         "subs",
         "Add, inspect, pause, replay and delete subscriptions, and see their deliveries.",
     ),
+    "connectors": LazyCommand(
+        ".connectors",
+        "connectors",
+        "Add, inspect, pause, resume, restart and remove connectors.",
+    ),
     "migrate": LazyCommand(
         ".migrate",
         "migrate",
@@ -93,11 +98,12 @@ def cronbus() -> None:
     """cronbus: a distributed job scheduler and event-push platform.
 
     Role commands (server, worker, scheduler, dispatcher, api) run until stopped with SIGTERM
-    or Ctrl-C. Resource commands (jobs, runs, dlq, defer, workers, events, subs, tokens,
-    namespaces) read and change the store named by --store, else by the --app's store, else
-    by CRONBUS_STORE, else sqlite:///./cronbus.db; or, with --url (CRONBUS_URL) and --token
-    (CRONBUS_TOKEN), work through a cronbus API server, with the same output. migrate works
-    on the store only. Errors are one line on stderr and exit status 1.
+    or Ctrl-C. Resource commands (jobs, runs, dlq, defer, workers, events, subs, connectors,
+    tokens, namespaces) read and change the store named by --store, else by the --app's
+    store, else by CRONBUS_STORE, else sqlite:///./cronbus.db; or, with --url (CRONBUS_URL)
+    and --token (CRONBUS_TOKEN), work through a cronbus API server, with the same output
+    (connectors and migrate work on the store only). Errors are one line on stderr and exit
+    status 1.
     """
 
 

@@ -97,6 +97,11 @@ def _role_options(fn: FC) -> FC:
             "Default: HOST-PID-RANDOM, new at each start.",
         ),
         click.option(
+            "--no-connectors",
+            is_flag=True,
+            help="Run no connector tasks in this process (by default its worker takes a share).",
+        ),
+        click.option(
             "--log-level",
             type=click.Choice(_LEVELS, case_sensitive=False),
             default="INFO",
@@ -133,6 +138,7 @@ def server(
     concurrency: int | None,
     labels: str,
     name: str | None,
+    no_connectors: bool,
     log_level: str,
     api_host: str,
     api_port: int,
@@ -155,6 +161,7 @@ def server(
         scheduler=True,
         dispatcher=True,
         api=None if no_api else (api_host, api_port),
+        connectors=not no_connectors,
     )
 
 
@@ -168,15 +175,27 @@ def worker(
     concurrency: int | None,
     labels: str,
     name: str | None,
+    no_connectors: bool,
     log_level: str,
 ) -> None:
     """Run a worker only: claim runs from the queues and execute them.
+
+    It also runs a share of the connector tasks, unless started with --no-connectors.
 
     Start as many as needed, on any machine that reaches the store; the app's startup hooks
     are left to `cronbus server`. Stop it with SIGTERM or Ctrl-C as for the server.
     """
     app = _load(app_spec, store_url, namespace)
-    _run_role(app, queues, concurrency, labels, log_level, name=name, startup=False)
+    _run_role(
+        app,
+        queues,
+        concurrency,
+        labels,
+        log_level,
+        name=name,
+        startup=False,
+        connectors=not no_connectors,
+    )
 
 
 @click.command()
@@ -234,6 +253,7 @@ def _run_role(
     scheduler: bool = False,
     dispatcher: bool = False,
     api: tuple[str, int] | None = None,
+    connectors: bool = True,
 ) -> None:
     spec = queues if queues is not None else EVERY_QUEUE
     try:
@@ -261,6 +281,7 @@ def _run_role(
         labels=chosen,
         api=api_server,
         name=name,
+        connectors=connectors,
     )
 
 

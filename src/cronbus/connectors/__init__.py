@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .api import (
     Connector,
+    RecordErrors,
     RecordMetadata,
     RetriableError,
     SinkConnector,
@@ -24,6 +25,7 @@ from .states import TaskState
 
 __all__ = [
     "Connector",
+    "RecordErrors",
     "RecordMetadata",
     "RetriableError",
     "SinkConnector",

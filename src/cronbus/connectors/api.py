@@ -41,6 +41,16 @@ class RetriableError(Exception):
     the record or the flush with backoff before it counts as failed."""
 
 
+class RecordErrors(Exception):
+    """Raised by :meth:`SinkTask.flush` when the final write failed for some records only:
+    ``errors`` maps each failed record's event id to why (a :class:`RetriableError` is tried
+    again); every other record put since the last flush is durable."""
+
+    def __init__(self, errors: Mapping[str, BaseException]) -> None:
+        self.errors = dict(errors)
+        super().__init__(f"{len(self.errors)} record(s) failed in the final write")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SourceRecord:
     """One record a source task polled: the event to append, and where the source is after it.
@@ -64,6 +74,11 @@ class SourceRecord:
     """The ordering key of the event (``ordered`` subscriptions keep order per key)."""
     time: float | None = None
     """The event's time (seconds since the epoch); None: when it is appended."""
+    error: str | None = None
+    """Why the task could not read this record (a line that is not JSON, say): the runtime
+    treats it as a bad record, never appended: with tolerance ``all`` it goes to the
+    connector's dead letters (``data`` holding what was read) and the position moves past it;
+    with ``none`` the task fails saying why."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,9 +142,10 @@ class SinkTask(abc.ABC):
 
     def flush(self, positions: Mapping[str, int]) -> Awaitable[None] | None:
         """Make every record put so far durable; ``positions`` is what the runtime will commit
-        next (topic → offset). Raising :class:`RetriableError` retries the flush with backoff;
-        any other error counts against every record put since the last flush (dead letters
-        with tolerance ``all``), so a failing final write is never silently lost."""
+        next (topic → offset). Raise :class:`RecordErrors` when some records failed and the
+        others are durable. Raising :class:`RetriableError` retries the flush with backoff; any
+        other error counts against every record put since the last flush (dead letters with
+        tolerance ``all``), so a failing final write is never silently lost."""
         return None
 
     def stop(self) -> Awaitable[None] | None:

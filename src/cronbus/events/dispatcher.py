@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp.abc import AbstractResolver
 
-from ..store.ports import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore, Listener
+from ..store.ports import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore, wait_any
 from .faultlog import FaultLog
 from .handlers import HandlerPool
 from .netpolicy import NetPolicy
@@ -133,7 +133,7 @@ class Dispatcher:
                         balance_at = loop.time() + STORE_RETRY
                 # New events wake the pushers only; leases are renewed on their own clock,
                 # or at once when subscriptions change.
-                woken = await _wait_any((listener, changes), stopping, balance_at - loop.time())
+                woken = await wait_any((listener, changes), stopping, balance_at - loop.time())
                 if listener in woken:
                     for pusher in self.pushers.values():
                         pusher.wake()
@@ -228,15 +228,3 @@ def _let_go(name: str, sub: Subscription | None) -> None:
             "could not renew it in time)",
             name,
         )
-
-
-async def _wait_any(
-    listeners: tuple[Listener, ...], stopping: asyncio.Event, timeout: float
-) -> set[Listener]:
-    """Wait for a wake-up on any of ``listeners`` or for ``stopping``; return those woken."""
-    waits = {asyncio.ensure_future(lis.wait(max(0.0, timeout))): lis for lis in listeners}
-    stop = asyncio.ensure_future(stopping.wait())
-    done, pending = await asyncio.wait({*waits, stop}, return_when=asyncio.FIRST_COMPLETED)
-    for task in pending:
-        task.cancel()
-    return {waits[t] for t in done if t in waits and t.result()}

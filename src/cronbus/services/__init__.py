@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from ..validation import check_namespace
 from .access import LOCAL, Access, Scope
 from .audit import AuditService
+from .connectors import ConnectorsService, ConnectorView, TaskView
 from .context import Context
 from .dead_letters import DeadLettersService
 from .health import HealthService
@@ -68,6 +69,8 @@ __all__ = [
     "Access",
     "AuditService",
     "Bucket",
+    "ConnectorView",
+    "ConnectorsService",
     "DeadLetter",
     "DeadLetterKind",
     "DeadLetterResult",
@@ -97,6 +100,7 @@ __all__ = [
     "SubscriptionView",
     "SubscriptionsService",
     "TaskInfo",
+    "TaskView",
     "TasksService",
     "TokensService",
     "TopicsService",
@@ -131,6 +135,8 @@ class Services:
         self.subscriptions = SubscriptionsService(context)
         """Subscriptions: list, get, create, update, delete, pause, resume, replay,
         deliveries, delivery."""
+        self.connectors = ConnectorsService(context)
+        """Connectors: list, get, create, pause, resume, stop, restart, remove, dead_records."""
         self.tasks = TasksService(context)
         """Tasks: list (the app's and the live workers'), unserved hints."""
         self.tokens = TokensService(context)

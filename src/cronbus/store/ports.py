@@ -16,6 +16,7 @@ The cursor only moves together with the recording of the deliveries it passes (i
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -53,6 +54,7 @@ from ..model import (
 )
 from ..states import RunState
 from .admin_ports import Admin
+from .connector_ports import ConnectorStore
 
 RUNS_CHANNEL = "runs"
 """Wake-up channel: new or requeued runs may be claimable."""
@@ -94,6 +96,18 @@ class Listener(Protocol):
 
     async def close(self) -> None:
         """Stop listening."""
+
+
+async def wait_any(
+    listeners: Sequence[Listener], stopping: asyncio.Event, timeout: float
+) -> set[Listener]:
+    """Wait for a wake-up on any of ``listeners`` or for ``stopping``; return those woken."""
+    waits = {asyncio.ensure_future(lis.wait(max(0.0, timeout))): lis for lis in listeners}
+    stop = asyncio.ensure_future(stopping.wait())
+    done, pending = await asyncio.wait({*waits, stop}, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    return {waits[t] for t in done if t in waits and t.result()}
 
 
 class Lifecycle(Protocol):
@@ -514,7 +528,17 @@ class EventStore(Events, Subscriptions, SubscriptionLeases, Protocol):
 
 
 class Store(
-    Lifecycle, Runs, Overview, RunLeases, Jobs, Workers, WakeUps, EventStore, Admin, Protocol
+    Lifecycle,
+    Runs,
+    Overview,
+    RunLeases,
+    Jobs,
+    Workers,
+    WakeUps,
+    EventStore,
+    Admin,
+    ConnectorStore,
+    Protocol,
 ):
     """What every store backend provides: every role (the admin ones in :mod:`.admin_ports`)."""
 

@@ -19,12 +19,10 @@ position (truncated or replaced) fails the poll rather than re-reading from 0: i
 from re-used offsets would wrongly match events already in the topic.
 
 **Bad lines** (not UTF-8, not JSON, JSON cronbus cannot store, or a CloudEvent that does not
-validate) become events of type ``file.invalid`` whose data is ``{"path", "offset", "line",
-"error"}``. The source API gives a task no way to hand the runtime a failed record (only an
-event the runtime itself refuses is dead-lettered), and raising from ``poll`` would fail the
-whole task at that line whatever its tolerance. So the line is kept in the topic, nothing is
-lost, the task moves on, and a subscription filtered on ``type = file.invalid`` routes bad
-lines wherever they must go.
+validate) are bad records (:attr:`~cronbus.connectors.api.SourceRecord.error`), never
+appended: with tolerance ``all`` they go to the connector's dead letters with their
+``{"path", "offset", "line"}`` and the error, and the position moves past them; with ``none``
+the task fails naming the line's byte offset.
 
 ``file-sink`` config::
 
@@ -184,8 +182,9 @@ class FileSourceTask(SourceTask):
         return SourceRecord(
             partition=settings.partition,
             position=end,
-            data={"path": settings.path, "offset": start, "line": shown, "error": str(error)},
+            data={"path": settings.path, "offset": start, "line": shown},
             type=INVALID_TYPE,
+            error=f"line at byte {start}: {error}",
         )
 
 

@@ -386,11 +386,15 @@ async def test_a_rate_limit_spaces_deliveries_without_spending_attempts(
     await bus.subscriptions.add("paced", topic="t", webhook=targets.url("/paced"), rate_limit=10)
     await publish(bus, "t", orders(20))
     await until(lambda: _acked(bus, "paced", 20), timeout=20)
-    arrivals = [r.at for r in targets.received["/paced"]]
-    # A burst of 10, then 10 more at 10 per second: about a second in all, never much faster.
-    assert arrivals[-1] - arrivals[0] >= 0.85
+    assert len(targets.received["/paced"]) == 20
     deliveries = await bus.subscriptions.deliveries("paced")
     assert {d.attempts for d in deliveries} == {1}
+    # A burst of 10, then 10 more at 10 per second: about a second in all, never faster, however
+    # late the first pushes start on a busy machine (tokens accrue from each push's start).
+    starts = sorted(
+        [a.started_at for d in deliveries for a in await bus.subscriptions.attempts(d.id)]
+    )
+    assert starts[-1] - starts[0] >= 0.9
 
 
 async def test_pull_by_cursor_with_long_polling(bus: App) -> None:

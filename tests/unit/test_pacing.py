@@ -37,6 +37,40 @@ def test_a_rate_limit_never_grants_more_than_rate_times_time_plus_burst(gaps: li
     assert granted <= 4 + 20.0 * now + 1e-6
 
 
+def test_a_late_push_earns_no_tokens_for_the_time_it_waited() -> None:
+    limit = RateLimit(10.0, burst=5)
+    assert limit.grant(100.0, 5) == 5
+    limit.sent(100.7)  # the burst only went out 0.7 s after its grant (a busy machine)
+    assert limit.grant(100.7, 5) == 0  # without sent(), 7 tokens would be there already
+    assert limit.grant(100.85, 5) == 1
+    limit.sent(100.5)  # an earlier start never gives time back
+    assert limit.grant(100.85, 5) == 0
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(min_value=0.0, max_value=0.5), st.floats(min_value=0.0, max_value=1.0)),
+        min_size=1,
+        max_size=200,
+    )
+)
+def test_pushes_never_start_faster_than_rate_times_time_plus_burst(
+    steps: list[tuple[float, float]],
+) -> None:
+    limit = RateLimit(20.0, burst=4)
+    now, starts = 0.0, []
+    for gap, late in steps:
+        now += gap
+        for _ in range(limit.grant(now, 3)):
+            starts.append(now + late)  # each push starts some time after its grant
+            limit.sent(now + late)
+    starts.sort()
+    for i, first in enumerate(starts):
+        # In any window from a start, at most burst + rate * window starts.
+        within = [s for s in starts[i:] if s - first <= 1.0]
+        assert len(within) <= 4 + 20.0 * 1.0 + 1
+
+
 def test_the_breaker_opens_after_consecutive_failures_and_probes() -> None:
     breaker = Breaker(failures=3, probe=5.0)
     assert breaker.allowed(0.0, in_flight=0) == -1

@@ -34,6 +34,14 @@ class RateLimit:
         self._tokens -= granted
         return granted
 
+    def sent(self, now: float) -> None:
+        """A granted push starts now: tokens accrue again only from here. Time a push spent
+        between its grant and its start (a slow store, a busy machine) earns nothing, so the
+        pushes after it cannot bunch up behind a late one: the rate holds at the target however
+        slow the machine is (it may only come out lower)."""
+        if self.rate is not None and (self._at is None or now > self._at):
+            self._at = now
+
     def refund(self, count: int) -> None:
         """Give back tokens granted for pushes that did not happen."""
         if self.rate is not None and count > 0:

@@ -249,6 +249,7 @@ class Pusher:
         try:
             async with self.dispatcher.slots:
                 started = clock.now()
+                self.rate.sent(started)
                 try:
                     if delivery.event is None:
                         result = PushResult(ok=False, error=GONE_EVENT)

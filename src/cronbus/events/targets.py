@@ -179,10 +179,15 @@ class WebhookTarget:
 
     async def push(self, delivery: Delivery, event: EventRecord) -> PushResult:
         """POST the event; the event id is the ``webhook-id``, the receiver's idempotency key."""
+        return await self.send(to_event(event))
+
+    async def send(self, event: Event) -> PushResult:
+        """POST ``event`` as a signed CloudEvent and report the answer (what :meth:`push` does
+        for a delivery; the ``http-sink`` connector sends its records through it too)."""
         denied = self._denied()
         if denied is not None:
             return PushResult(ok=False, error=denied)
-        body = json.dumps(to_event(event).to_cloudevent(), separators=(",", ":")).encode()
+        body = json.dumps(event.to_cloudevent(), separators=(",", ":")).encode()
         headers = {"content-type": "application/cloudevents+json", **self.headers}
         if self.secrets:
             headers.update(webhook_headers(self.secrets, event.id, _now(), body))

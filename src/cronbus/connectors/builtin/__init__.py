@@ -6,6 +6,7 @@ kind              way     what it does
 ``sql-source``    source  a table's new rows by an increasing key (SQLite or PostgreSQL)
 ``file-source``   source  a JSON lines file as it grows
 ``file-sink``     sink    a topic's events appended to a file, one CloudEvent per line
+``http-sink``     sink    a topic's events POSTed to an endpoint as signed webhooks
 ``postgres-sink`` sink    each event's data upserted by key into a PostgreSQL table
 ================  ======  ===============================================================
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 from ...errors import ConnectorConfigError
 from ..api import Connector
 from .files import FileSinkConnector, FileSourceConnector
+from .http_sink import HttpSinkConnector
 from .postgres_sink import PostgresSinkConnector
 from .sql_source import SqlSourceConnector
 
@@ -26,6 +28,7 @@ BUILTIN: dict[str, type[Connector]] = {
         SqlSourceConnector,
         FileSourceConnector,
         FileSinkConnector,
+        HttpSinkConnector,
         PostgresSinkConnector,
     )
 }
@@ -48,6 +51,7 @@ __all__ = [
     "BUILTIN",
     "FileSinkConnector",
     "FileSourceConnector",
+    "HttpSinkConnector",
     "PostgresSinkConnector",
     "SqlSourceConnector",
     "connector_for",

@@ -373,3 +373,27 @@ def app_event(n: int) -> Any:
     from cronbus.events.event import make_event
 
     return make_event("order.created", {"n": n}, subject=str(n), id=f"order-{n}")
+
+
+async def test_secrets_headers_and_url_credentials_are_masked_in_what_is_shown(app: App) -> None:
+    services = Services(app)
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    config = {
+        "topic": "orders",
+        "url": "http://user:hunter2@127.0.0.1:9/hook?key=abc",
+        "headers": {"Authorization": "Bearer xyz"},
+        "secret": secret,
+    }
+    created = await services.connectors.create("hook", "http-sink", config)
+    for shown in (created, await view(app, "hook"), (await services.connectors.list())[0]):
+        text = json.dumps(
+            [dict(shown.connector.spec.config)] + [dict(t.task.config) for t in shown.tasks]
+        )
+        for hidden in ("hunter2", "abc", "Bearer xyz", secret):
+            assert hidden not in text, text
+        assert shown.connector.spec.config["url"] == "http://***@127.0.0.1:9/hook?key=***"
+    # What is stored, and run, keeps them; creating the same definition again is a no-op.
+    stored = await app.store.get_connector("hook")
+    assert stored.spec.config["secret"] == [secret]
+    again = await services.connectors.create("hook", "http-sink", config)
+    assert again.created is False

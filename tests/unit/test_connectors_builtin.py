@@ -47,7 +47,13 @@ def as_event(record: SourceRecord) -> Event:
 
 
 def test_each_kind_gives_a_new_connector_of_its_class() -> None:
-    assert sorted(BUILTIN) == ["file-sink", "file-source", "postgres-sink", "sql-source"]
+    assert sorted(BUILTIN) == [
+        "file-sink",
+        "file-source",
+        "http-sink",
+        "postgres-sink",
+        "sql-source",
+    ]
     for kind, cls in BUILTIN.items():
         connector = connector_for(kind)
         assert type(connector) is cls
@@ -60,7 +66,7 @@ def test_an_unknown_kind_lists_the_known_ones() -> None:
         connector_for("kafka-source")
     assert str(info.value) == (
         "kind: unknown connector kind 'kafka-source' "
-        "(known: file-sink, file-source, postgres-sink, sql-source)"
+        "(known: file-sink, file-source, http-sink, postgres-sink, sql-source)"
     )
     assert info.value.field == "kind"
 

@@ -1,10 +1,12 @@
 """Connectors: create (validated, split into tasks, idempotent), read with each task's lag,
 pause, resume, stop, restart, remove, and their dead records.
 
-A connector's config is checked whole before the store changes: the kind must be known (the
-built-ins and the app's own, :class:`~cronbus.connectors.registry.ConnectorKinds`), the config
-a JSON object naming its ``topic``, and the kind's own ``validate`` must accept it; each
-refusal names its field (``config.table: required``).
+What a connector shows is masked (:func:`mask_config`): secrets, header values and URL
+credentials never leave the service. A connector's config is checked whole before the store
+changes: the kind must be known (the built-ins and the app's own,
+:class:`~cronbus.connectors.registry.ConnectorKinds`), the config a JSON object naming its
+``topic``, and the kind's own ``validate`` must accept it; each refusal names its field
+(``config.table: required``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..connectors.api import SinkConnector, SourceConnector
@@ -27,6 +29,7 @@ from ..connectors.records import (
 from ..connectors.states import TaskEvent
 from ..errors import ConnectorConfigError, ConnectorNotFoundError, InvalidArgumentError
 from ..events.event import validate_topic
+from ..events.masking import MASK, mask_headers, mask_url
 from ..validation import check_identifier, check_int, invalid
 from .context import Context, naming
 
@@ -126,24 +129,29 @@ class ConnectorsService:
         wrong (nothing is stored)."""
         with naming("name"):
             name = check_identifier(name, "connector name")
-        plugin = self._c.app.connector_kinds.get(_text(kind, "kind"))
+        with naming("kind"):
+            plugin = self._c.app.connector_kinds.get(_text(kind, "kind"))
         if not isinstance(config, Mapping):
-            raise ConnectorConfigError(f"config: must be a JSON object, not {config!r}")
+            raise ConnectorConfigError(
+                f"config: must be a JSON object, not {config!r}", field="config"
+            )
         _check_json(config)
         topic = config.get("topic")
         if topic is None:
-            raise ConnectorConfigError("config.topic: required")
+            raise ConnectorConfigError("config.topic: required", field="config.topic")
         try:
             validate_topic(topic)
         except InvalidArgumentError as exc:
-            raise ConnectorConfigError(f"config.topic: {exc}") from None
-        try:
-            chosen = Tolerance(tolerance)
-        except ValueError:
-            raise invalid("tolerance", "must be 'none' or 'all'", tolerance) from None
+            raise ConnectorConfigError(f"config.topic: {exc}", field="config.topic") from None
+        with naming("tolerance"):
+            try:
+                chosen = Tolerance(tolerance)
+            except ValueError:
+                raise invalid("tolerance", "must be 'none' or 'all'", tolerance) from None
         with naming("max_tasks"):
             max_tasks = check_int(max_tasks, "max_tasks", low=1, high=MAX_TASKS)
-        checked = plugin.validate(config)
+        with naming("config"):
+            checked = plugin.validate(config)
         _check_json(checked)
         task_configs = [dict(c) for c in plugin.task_configs(checked, max_tasks)]
         if not 1 <= len(task_configs) <= max_tasks:
@@ -153,7 +161,9 @@ class ConnectorsService:
             )
         direction = Direction.SOURCE if isinstance(plugin, SourceConnector) else Direction.SINK
         if not isinstance(plugin, (SourceConnector, SinkConnector)):
-            raise ConnectorConfigError(f"kind {kind!r} is neither a source nor a sink")
+            raise ConnectorConfigError(
+                f"kind {kind!r} is neither a source nor a sink", field="kind"
+            )
         spec = ConnectorSpec(
             name=name,
             kind=kind,
@@ -211,6 +221,7 @@ class ConnectorsService:
         return connector
 
     async def _view(self, connector: Connector) -> ConnectorView:
+        connector = masked(connector)
         end = (await self._c.store.get_topic(connector.spec.topic)).last_offset
         sink = connector.spec.direction is Direction.SINK
         views = tuple(
@@ -225,6 +236,33 @@ class ConnectorsService:
         return ConnectorView(connector=connector, tasks=views, topic_end=end)
 
 
+_SECRET_FIELDS = frozenset({"secret", "secrets", "password", "token", "api_key"})
+
+
+def masked(connector: Connector) -> Connector:
+    """The connector as shown: secrets, header values and URL credentials and query values of
+    its config (and its tasks' configs) replaced by ``***`` (the stored config keeps them)."""
+    tasks = tuple(replace(task, config=mask_config(task.config)) for task in connector.tasks)
+    spec = replace(connector.spec, config=mask_config(connector.spec.config))
+    return replace(connector, spec=spec, tasks=tasks)
+
+
+def mask_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config with what must not be shown masked: fields named like secrets, header values,
+    and the user info and query values of URLs (a file path or ``sqlite:///`` URL is kept)."""
+    shown: dict[str, Any] = {}
+    for name, value in config.items():
+        if name in _SECRET_FIELDS:
+            shown[name] = [MASK] * len(value) if isinstance(value, list) else MASK
+        elif name == "headers" and isinstance(value, Mapping):
+            shown[name] = mask_headers(value)
+        elif isinstance(value, str) and "://" in value and not value.startswith("sqlite:"):
+            shown[name] = mask_url(value)
+        else:
+            shown[name] = value
+    return shown
+
+
 def _text(value: object, field: str) -> str:
     if not isinstance(value, str) or not value:
         raise invalid(field, "must be a non-empty string", value)
@@ -235,4 +273,4 @@ def _check_json(config: Mapping[str, Any]) -> None:
     try:
         json.dumps(config, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise ConnectorConfigError(f"config: must be JSON ({exc})") from None
+        raise ConnectorConfigError(f"config: must be JSON ({exc})", field="config") from None

@@ -361,3 +361,41 @@ def test_a_store_on_the_command_line_beats_cronbus_url(server: Server) -> None:
 
     assert local.returncode == 0, local.stderr
     _refused(remote, f"error: cannot reach the cronbus API at {dead}")
+
+
+CONNECTOR_OUTPUT = (
+    ("connectors", "list"),
+    ("connectors", "list", "--json"),
+    ("connectors", "show", "out"),
+    ("connectors", "show", "out", "--json"),
+    ("connectors", "dead", "out", "--json"),
+)
+
+
+def test_connectors_read_the_same_through_the_server(seeded: Server) -> None:
+    config = json.dumps({"topic": "orders", "path": str(seeded.cwd / "out.jsonl")})
+    add = ("connectors", "add", "out", "--kind", "file-sink", "--config", config, "--json")
+    created = json.loads(seeded.ok(seeded.remote(*add)))
+    assert (created["created"], created["state"]) == (True, "unassigned")
+    assert json.loads(seeded.ok(seeded.local(*add)))["created"] is False
+    for argv in CONNECTOR_OUTPUT:
+        local, remote = seeded.local(*argv), seeded.remote(*argv)
+        assert (remote.returncode, remote.stderr) == (0, ""), argv
+        assert remote.stdout == seeded.ok(local), argv
+
+    assert seeded.ok(seeded.remote("connectors", "pause", "out")).strip() == "connector out: paused"
+    shown = json.loads(seeded.ok(seeded.local("connectors", "show", "out", "--json")))
+    assert shown["state"] == "paused"
+    bad = ("connectors", "add", "bad", "--kind", "file-sink", "--config", '{"topic": "orders"}')
+    for argv in (
+        bad,
+        ("connectors", "show", "nope"),
+        ("connectors", "restart", "out", "--task", "3"),
+    ):
+        local, remote = seeded.local(*argv), seeded.remote(*argv)
+        assert (local.returncode, remote.returncode) == (1, 1), argv
+        assert remote.stderr == local.stderr, argv
+    assert (
+        seeded.ok(seeded.remote("connectors", "remove", "out")).strip() == "connector out removed"
+    )
+    assert seeded.ok(seeded.local("connectors", "list")).strip() == "no connectors"

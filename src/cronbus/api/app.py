@@ -27,7 +27,7 @@ from .state import ApiState
 
 DESCRIPTION = """\
 The HTTP API of cronbus: jobs, runs, dead letters, workers, topics and events, subscriptions,
-tokens, namespaces, stats and the audit log.
+connectors, tokens, namespaces, stats and the audit log.
 
 Send `Authorization: Bearer TOKEN` (`cronbus tokens create`). Choose the namespace with the
 `namespace` query parameter or the `X-Cronbus-Namespace` header (default: the token's only

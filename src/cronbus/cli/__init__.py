@@ -102,8 +102,7 @@ def cronbus() -> None:
     tokens, namespaces) read and change the store named by --store, else by the --app's
     store, else by CRONBUS_STORE, else sqlite:///./cronbus.db; or, with --url (CRONBUS_URL)
     and --token (CRONBUS_TOKEN), work through a cronbus API server, with the same output
-    (connectors and migrate work on the store only). Errors are one line on stderr and exit
-    status 1.
+    (migrate works on the store only). Errors are one line on stderr and exit status 1.
     """
 
 

@@ -20,7 +20,7 @@ from rich.text import Text
 from ..connectors.records import DeadRecord
 from ..services import ConnectorView, TaskView
 from . import render
-from .connect import AnyServices, Where, run_services, where_options
+from .connect import Where, run_services, where_options
 from .loading import CliError, CronbusGroup
 
 json_option = click.option(
@@ -191,15 +191,6 @@ def read_config(text: str) -> dict[str, Any]:
     return config
 
 
-def _local(services: AnyServices) -> Any:
-    """The connectors service (connectors are commanded on the store for now: the HTTP API
-    has no connector routes yet)."""
-    found = getattr(services, "connectors", None)
-    if found is None:
-        raise CliError("connectors commands work on the store (--store/--app), not with --url")
-    return found
-
-
 @connectors.command("add")
 @name_argument
 @click.option("--kind", required=True, help="The connector kind, e.g. sql-source, file-sink.")
@@ -229,7 +220,7 @@ def add(
     config = read_config(config_text)
     view: ConnectorView = run_services(
         where,
-        lambda s: _local(s).create(name, kind, config, tolerance=tolerance, max_tasks=max_tasks),
+        lambda s: s.connectors.create(name, kind, config, tolerance=tolerance, max_tasks=max_tasks),
     )
     if as_json:
         render.print_json(connector_json(view))
@@ -245,7 +236,7 @@ def add(
 @json_option
 def list_connectors(where: Where, as_json: bool) -> None:
     """List connectors: kind, topic, state, tasks, outcomes and lag."""
-    views: list[ConnectorView] = run_services(where, lambda s: _local(s).list())
+    views: list[ConnectorView] = run_services(where, lambda s: s.connectors.list())
     if as_json:
         render.print_json([connector_json(v) for v in views])
     elif not views:
@@ -261,7 +252,7 @@ def list_connectors(where: Where, as_json: bool) -> None:
 def show(name: str, where: Where, as_json: bool) -> None:
     """Show a connector: its config and each task's state, worker, positions, lag and
     per-record outcomes."""
-    view: ConnectorView = run_services(where, lambda s: _local(s).get(name))
+    view: ConnectorView = run_services(where, lambda s: s.connectors.get(name))
     if as_json:
         render.print_json(connector_json(view))
     else:
@@ -273,7 +264,7 @@ def _command(verb: str, help_text: str) -> click.Command:
     @where_options()
     @json_option
     def command(name: str, where: Where, as_json: bool) -> None:
-        view: ConnectorView = run_services(where, lambda s: getattr(_local(s), verb)(name))
+        view: ConnectorView = run_services(where, lambda s: getattr(s.connectors, verb)(name))
         if as_json:
             render.print_json(connector_json(view))
         else:
@@ -295,7 +286,7 @@ _command("stop", "Stop a connector's tasks until resumed (they keep their positi
 @json_option
 def restart(name: str, task: int | None, where: Where, as_json: bool) -> None:
     """Restart a connector's tasks (failed ones run again) from their committed positions."""
-    view: ConnectorView = run_services(where, lambda s: _local(s).restart(name, task))
+    view: ConnectorView = run_services(where, lambda s: s.connectors.restart(name, task))
     if as_json:
         render.print_json(connector_json(view))
     else:
@@ -308,7 +299,7 @@ def restart(name: str, task: int | None, where: Where, as_json: bool) -> None:
 @json_option
 def remove(name: str, where: Where, as_json: bool) -> None:
     """Remove a connector with its tasks, positions and dead records."""
-    run_services(where, lambda s: _local(s).remove(name))
+    run_services(where, lambda s: s.connectors.remove(name))
     if as_json:
         render.print_json({"name": name, "removed": True})
     else:
@@ -322,7 +313,9 @@ def remove(name: str, where: Where, as_json: bool) -> None:
 @json_option
 def dead(name: str, limit: int, where: Where, as_json: bool) -> None:
     """A connector's dead records (tolerance all), newest first, with their errors."""
-    records: list[DeadRecord] = run_services(where, lambda s: _local(s).dead_records(name, limit))
+    records: list[DeadRecord] = run_services(
+        where, lambda s: s.connectors.dead_records(name, limit)
+    )
     if as_json:
         render.print_json([dead_json(r) for r in records])
         return

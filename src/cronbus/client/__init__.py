@@ -20,6 +20,7 @@ from types import TracebackType
 import httpx
 
 from .admin import RemoteNamespaces, RemoteTokens
+from .connectors import RemoteConnectors
 from .dead_letters import RemoteDeadLetters
 from .http import ServerUnreachableError, Transport
 from .jobs import RemoteJobs
@@ -59,6 +60,8 @@ class RemoteServices:
         self.subscriptions = RemoteSubscriptions(self.http)
         """Subscriptions: list, get, create, update, delete, pause, resume, replay,
         deliveries, delivery."""
+        self.connectors = RemoteConnectors(self.http)
+        """Connectors: list, get, create, pause, resume, stop, restart, remove, dead_records."""
         self.tokens = RemoteTokens(self.http)
         """API tokens (admin): create, list, revoke."""
         self.namespaces = RemoteNamespaces(self.http)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from .connectors import connectors
 from .dead_letters import dead_letters
 from .health import router as health
 from .jobs import jobs
@@ -25,6 +26,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     workers,
     topics,
     subscriptions,
+    connectors,
     operations,
     stats,
     audit,

@@ -20,6 +20,9 @@ Name = Annotated[str, Path(min_length=1, max_length=200)]
 SubscriptionName = Annotated[
     str, Path(pattern=r"^[A-Za-z0-9_.:-]{1,200}$", description="A subscription's name.")
 ]
+ConnectorName = Annotated[
+    str, Path(pattern=r"^[A-Za-z0-9_.:-]{1,200}$", description="A connector's name.")
+]
 JOB_ACTIONS = ("next", "pause", "resume", "trigger")
 """The sub-resources of a job: ``/jobs/{name}/next`` and so on."""
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from cronbus import App
 from cronbus.admin_records import OperationState
+from cronbus.connectors.records import Commit, NewDeadRecord
 from cronbus.events.records import DeliveryFilter, DeliveryOutcome, DeliveryResult, NewDelivery
 from cronbus.job_specs import JobOptions
 from cronbus.model import ClaimRequest, ErrorInfo, Outcome, QueueShare, WorkerInfo
@@ -50,6 +51,8 @@ class Seeded:
     tokens: list[str] = field(default_factory=list)
     """Ids of the other tokens (each scope, one revoked): fair game for revoking."""
     namespaces: list[str] = field(default_factory=list)
+    connectors: list[str] = field(default_factory=list)
+    """Names of connectors (file and postgres sinks; one in the other namespace)."""
     elsewhere: set[str | int] = field(default_factory=set)
     """The ids and names above that live in the other namespace (the rest are in default)."""
     probes: dict[str, str] = field(default_factory=dict)
@@ -90,7 +93,37 @@ async def seed(app: App) -> Seeded:
     await _events(app, services, seeded)
     await _worker(app, seeded)
     await _operation(services, seeded)
+    await _connectors(app, services, seeded)
     return seeded
+
+
+async def _connectors(app: App, services: Services, seeded: Seeded) -> None:
+    """Sinks of each tolerance (nothing runs them), one with dead records, one elsewhere."""
+    for name, tol in (("sink-a", "all"), ("sink-b", "none"), ("sink-c", "none")):
+        await services.connectors.create(
+            name,
+            "file-sink",
+            {"topic": TOPIC, "path": f"/tmp/cronbus-api-seed/{name}.jsonl"},
+            tolerance=tol,
+        )
+        seeded.connectors.append(name)
+    await services.connectors.create(
+        "pg",
+        "postgres-sink",
+        {"topic": TOPIC, "url": "postgresql://u:pw@127.0.0.1:1/x", "table": "t"},
+    )
+    seeded.connectors.append("pg")
+    leases = await app.store.acquire_connector_tasks("seed-w", app.clock.now(), 86400.0, 1)
+    dead = tuple(NewDeadRecord(record={"n": n}, error="bad", offset=n) for n in range(1, 5))
+    assert await app.store.commit_task(leases[0], Commit(dead=dead), app.clock.now())
+    shop = services.using(OTHER_NAMESPACE)
+    await shop.connectors.create(
+        "shop-sink",
+        "file-sink",
+        {"topic": "shop.events", "path": "/tmp/cronbus-api-seed/shop.jsonl"},
+    )
+    seeded.connectors.append("shop-sink")
+    seeded.elsewhere.add("shop-sink")
 
 
 async def _tokens(services: Services, seeded: Seeded) -> None:
@@ -495,6 +528,27 @@ def valid_requests(seeded: Seeded, now: float) -> dict[str, list[dict[str, Any]]
         "POST /v1/dead-letters/requeue": [{"body": {"runs": dead[:1]}}],
         "POST /v1/dead-letters/purge": [
             {"body": {"runs": dead[-1:], "deliveries": seeded.dead_deliveries[-1:]}}
+        ],
+        "POST /v1/connectors": [
+            {
+                "body": {
+                    "name": "st-sink",
+                    "kind": "file-sink",
+                    "config": {"topic": TOPIC, "path": "/tmp/cronbus-api-seed/st.jsonl"},
+                }
+            },
+            {
+                "body": {
+                    "name": "sink-a",
+                    "kind": "file-sink",
+                    "config": {"topic": TOPIC, "path": "/tmp/cronbus-api-seed/sink-a.jsonl"},
+                    "tolerance": "all",
+                }
+            },
+        ],
+        "POST /v1/connectors/{name}/restart": [
+            {"path_parameters": {"name": "sink-b"}, "body": {"task": 0}},
+            {"path_parameters": {"name": "sink-b"}},
         ],
         "POST /v1/workers/{worker_id}/drain": [{"path_parameters": {"worker_id": WORKER_ID}}],
     }

@@ -266,6 +266,8 @@ def _known(seeded: Seeded, path: str) -> tuple[str, list[Any]] | None:
             values = list(seeded.jobs)
         elif path.startswith("/v1/subscriptions"):
             values = list(seeded.subscriptions)
+        elif path.startswith("/v1/connectors"):
+            values = list(seeded.connectors)
         else:
             values = list(seeded.namespaces)
     else:

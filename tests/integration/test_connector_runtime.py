@@ -397,3 +397,23 @@ async def test_secrets_headers_and_url_credentials_are_masked_in_what_is_shown(a
     assert stored.spec.config["secret"] == [secret]
     again = await services.connectors.create("hook", "http-sink", config)
     assert again.created is False
+
+
+async def test_a_caller_without_the_payloads_permission_sees_dead_records_redacted(
+    app: App,
+) -> None:
+    from cronbus.connectors.records import Commit, NewDeadRecord
+    from cronbus.services import Access, Scope
+
+    await Services(app).connectors.create(
+        "lines", "test-lines", {"topic": "orders", "path": "/tmp/unused"}
+    )
+    (lease,) = await app.store.acquire_connector_tasks("w", app.clock.now(), 60.0, 1)
+    dead = NewDeadRecord(record={"id": "e1", "data": {"card": "4242"}}, error="bad", offset=1)
+    assert await app.store.commit_task(lease, Commit(dead=(dead,)), app.clock.now())
+    reader = Access(actor="t", scope=Scope.READ, token_id="t1", payloads=False)
+    (hidden,) = await Services(app, reader).connectors.dead_records("lines")
+    assert hidden.record == {"id": "e1", "data": "[redacted]"}
+    assert hidden.error == "bad"
+    (whole,) = await Services(app).connectors.dead_records("lines")
+    assert whole.record["data"] == {"card": "4242"}

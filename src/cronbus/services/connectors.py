@@ -32,6 +32,7 @@ from ..events.event import validate_topic
 from ..events.masking import MASK, mask_headers, mask_url
 from ..validation import check_identifier, check_int, invalid
 from .context import Context, naming
+from .redaction import REDACTED
 
 MAX_TASKS = 100
 """The most tasks a connector may be split into."""
@@ -84,12 +85,17 @@ class ConnectorsService:
     async def dead_records(
         self, name: str, limit: int = 100, before: int | None = None
     ) -> builtins.list[DeadRecord]:
-        """The connector's dead records, newest first."""
+        """The connector's dead records, newest first; a caller without the payloads
+        permission sees each record's ``data`` as ``[redacted]`` (its error, partition, offset,
+        id and type stay visible)."""
         self._c.read()
         connector = await self._get(name)
         with naming("limit"):
             limit = check_int(limit, "limit", low=1, high=1000)
-        return await self._c.store.list_dead_records(connector.name, limit, before)
+        found = await self._c.store.list_dead_records(connector.name, limit, before)
+        if self._c.access.payloads:
+            return found
+        return [replace(d, record={**d.record, "data": REDACTED}) for d in found]
 
     # -- changes ---------------------------------------------------------------------------------
     async def create(

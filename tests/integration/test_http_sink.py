@@ -22,10 +22,11 @@ import pytest
 from apps import connector_app
 from contract.pg import pg_store_url
 from cronbus import App
-from cronbus.connectors.api import RetriableError
+from cronbus.connectors.api import RetriableError, TaskError
 from cronbus.connectors.builtin import connector_for
 from cronbus.connectors.builtin.http_sink import HttpSinkTask, PushRefused
 from cronbus.connectors.runtime import ConnectorRuntime
+from cronbus.connectors.states import TaskState
 from cronbus.errors import ConnectorConfigError
 from cronbus.events.event import Event, make_event
 from cronbus.events.netpolicy import NetPolicy, parse_networks
@@ -123,7 +124,7 @@ async def test_retriable_statuses_are_retriable_errors(targets: Targets, code: i
 
 @pytest.mark.parametrize(
     ("code", "says"),
-    [(400, "HTTP 400"), (404, "HTTP 404"), (410, "gone"), (302, "redirect to")],
+    [(400, "HTTP 400"), (404, "HTTP 404"), (302, "redirect to")],
 )
 async def test_other_statuses_refuse_the_record(targets: Targets, code: int, says: str) -> None:
     headers = {"Location": "http://127.0.0.1:1/elsewhere"} if code == 302 else {}
@@ -132,6 +133,12 @@ async def test_other_statuses_refuse_the_record(targets: Targets, code: int, say
     assert not isinstance(outcome, RetriableError)
     assert says in str(outcome)
     assert str(outcome).startswith(f"127.0.0.1:{targets.port}: ")  # host:port, never the URL
+
+
+async def test_a_410_gone_is_the_tasks_failure_not_the_records(targets: Targets) -> None:
+    outcome = await put_one(targets.on("/gone", status(410)))
+    assert isinstance(outcome, TaskError)
+    assert "the endpoint says it is gone" in str(outcome)
 
 
 async def test_a_refusal_keeps_the_start_of_the_response(targets: Targets) -> None:
@@ -368,3 +375,32 @@ async def test_creating_with_a_bad_config_is_refused_and_stores_nothing(
         await services.connectors.create("hooks-out", "http-sink", bad)
     assert refused.value.field == field
     assert await services.connectors.list() == []
+
+
+async def test_a_gone_endpoint_fails_the_task_even_with_tolerance_all(
+    app: App, targets: Targets
+) -> None:
+    await app.publish_many_async("orders", [event(n) for n in range(1, 6)])
+    services = Services(app)
+    cfg = config(targets.on("/gone", status(410)))
+    await services.connectors.create("hooks-out", "http-sink", cfg, tolerance="all")
+    runtime = ConnectorRuntime(
+        app.store, app.connector_kinds, app.clock, holder="worker-a", lease_seconds=2.0
+    )
+    stopping = asyncio.Event()
+    running = asyncio.create_task(runtime.run(stopping))
+    try:
+
+        async def failed() -> bool:
+            view = await services.connectors.get("hooks-out")
+            return view.tasks[0].task.state is TaskState.FAILED
+
+        await until(failed, DEADLINE)
+    finally:
+        stopping.set()
+        await asyncio.wait_for(running, DEADLINE)
+    task = (await services.connectors.get("hooks-out")).tasks[0].task
+    assert task.error is not None
+    assert "gone" in task.error
+    assert await services.connectors.dead_records("hooks-out") == []  # nothing dead-lettered
+    assert task.positions == {}  # the events wait for a restart

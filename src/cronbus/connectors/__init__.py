@@ -20,6 +20,7 @@ from .api import (
     SourceConnector,
     SourceRecord,
     SourceTask,
+    TaskError,
 )
 from .states import TaskState
 
@@ -34,5 +35,6 @@ __all__ = [
     "SourceConnector",
     "SourceRecord",
     "SourceTask",
+    "TaskError",
     "TaskState",
 ]

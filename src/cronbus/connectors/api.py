@@ -41,6 +41,13 @@ class RetriableError(Exception):
     the record or the flush with backoff before it counts as failed."""
 
 
+class TaskError(Exception):
+    """A failure that is not one record's: the other system is gone or refuses every record
+    (a webhook answering 410 Gone, revoked credentials). Raised by any method or returned
+    as a record's outcome, it fails the task whatever its tolerance, saying why, instead of
+    sending every record after it to dead letters; ``connectors restart`` tries again."""
+
+
 class RecordErrors(Exception):
     """Raised by :meth:`SinkTask.flush` when the final write failed for some records only:
     ``errors`` maps each failed record's event id to why (a :class:`RetriableError` is tried

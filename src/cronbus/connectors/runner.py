@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..clock import Clock
 from ..store.connector_ports import ConnectorStore
+from .api import TaskError
 from .calls import backoff, describe
 from .records import Connector, ConnectorLease, ConnectorTask, Tolerance
 
@@ -155,8 +156,9 @@ class TaskRunner(abc.ABC):
                     raise LeaseLost(what) from exc
 
     def failed_record(self, where: str, exc: BaseException) -> None:
-        """A record failed for good: with tolerance ``none`` the task fails saying which."""
-        if self.tolerance is Tolerance.NONE:
+        """A record failed for good: with tolerance ``none`` (or for a
+        :class:`~cronbus.connectors.api.TaskError`) the task fails saying which."""
+        if self.tolerance is Tolerance.NONE or isinstance(exc, TaskError):
             raise TaskFailed(f"{where}: {describe(exc)}")
 
     @abc.abstractmethod

@@ -26,8 +26,11 @@ each record by the response:
 * 408, 429, 5xx, a connection failure or a timeout: :class:`RetriableError`, so the runtime
   puts the record again with its backoff (five times, 0.5 s doubling), then counts it failed.
   A ``Retry-After`` header is not honoured beyond that backoff;
-* any other status (4xx, 410 included, or a 3xx, which is never followed): a
-  :class:`PushRefused`, a bad record (the connector's dead letters with tolerance ``all``);
+* 410 Gone: a :class:`~cronbus.connectors.api.TaskError`: the task fails saying the
+  endpoint is gone, whatever the tolerance (as a 410 disables a subscription), rather than
+  dead-lettering every event after it;
+* any other status (4xx, or a 3xx, which is never followed): a :class:`PushRefused`, a bad
+  record (the connector's dead letters with tolerance ``all``);
 * a record that cannot be sent at all (an event id that is not a valid ``webhook-id``) fails
   alone.
 
@@ -54,7 +57,7 @@ from ...errors import ConnectorConfigError, InvalidArgumentError
 from ...events.netpolicy import NetPolicy
 from ...events.signing import HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, decode_secrets
 from ...events.targets import PushResult, WebhookTarget, check_url
-from ..api import JSON, Config, RetriableError, SinkConnector, SinkRecord, SinkTask
+from ..api import JSON, Config, RetriableError, SinkConnector, SinkRecord, SinkTask, TaskError
 from .config import Fields, config_error
 
 if TYPE_CHECKING:
@@ -267,7 +270,8 @@ class HttpSinkTask(SinkTask):
 
 def outcome(result: PushResult, label: str) -> BaseException | None:
     """A push's result as a record outcome: None when acknowledged, a
-    :class:`RetriableError` when trying again may help, else a :class:`PushRefused`."""
+    :class:`RetriableError` when trying again may help, a :class:`TaskError` for 410 Gone,
+    else a :class:`PushRefused`."""
     if result.ok:
         return None
     status = result.status
@@ -278,4 +282,4 @@ def outcome(result: PushResult, label: str) -> BaseException | None:
         error += " (the endpoint says it is gone)"
     if result.response:
         error += f": {' '.join(result.response.split())[:_SHOWN_RESPONSE]}"
-    return PushRefused(error)
+    return TaskError(error) if status == 410 else PushRefused(error)

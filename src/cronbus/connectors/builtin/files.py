@@ -32,7 +32,12 @@ the task fails naming the line's byte offset.
 It appends one CloudEvent per line (``to_cloudevent()`` as compact JSON) in topic order, and
 ``flush`` writes the buffer and fsyncs the file. A record whose CloudEvent is not JSON
 fails alone. Records put after the last flush are put again after a crash, so a reader of the
-file deduplicates by ``id``.
+file deduplicates by ``id``. A crash can also cut the last line short (SIGKILL stops a
+``write`` at a page boundary, a power loss drops unsynced pages): left there, the next line
+would be glued to it and neither would be JSON. So before appending, the task cuts off a last
+line of its own (by how it starts) that has no newline: its record is past the committed
+offset, so it is put again. Any other unterminated last line (the file was not the sink's) is
+ended with a newline instead, its bytes kept.
 """
 
 from __future__ import annotations
@@ -253,6 +258,8 @@ class FileSinkTask(SinkTask):
         if not path.parent.is_dir():
             raise config_error("path", "must be in an existing directory", str(path))
         created = not path.exists()
+        if not created:
+            _end_last_line(path)
         self._file = open(path, "ab")  # noqa: SIM115 (open until stop(), not for one block)
         if created:
             _fsync_directory(path.parent)
@@ -287,6 +294,42 @@ class FileSinkTask(SinkTask):
         if self._file is None:
             raise RuntimeError("file-sink task used before start() or after stop()")
         return self._file
+
+
+_LINE_START = b'{"specversion":"1.0",'
+"""How every line a file sink writes starts (compact JSON, ``specversion`` first)."""
+_TAIL_CHUNK = 64 * 1024
+
+
+def _end_last_line(path: Path) -> None:
+    """Make ``path`` end with a newline, durably, before appending to it: a last line of the
+    sink's own cut short by a crash is cut off, any other unterminated line is ended."""
+    with open(path, "r+b") as file:
+        size = file.seek(0, os.SEEK_END)
+        start = _last_line_start(file, size)
+        if start == size:
+            return
+        file.seek(start)
+        if _LINE_START.startswith(file.read(len(_LINE_START))):
+            file.truncate(start)
+        else:
+            file.seek(size)
+            file.write(b"\n")
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _last_line_start(file: BinaryIO, size: int) -> int:
+    """The offset just after the last newline of ``file`` (0 without one)."""
+    end = size
+    while end > 0:
+        start = max(0, end - _TAIL_CHUNK)
+        file.seek(start)
+        newline = file.read(end - start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
 
 
 def _fsync_directory(directory: Path) -> None:

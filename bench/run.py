@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 
+import connectors
 import console_tabs
 import cron
 import defer
@@ -59,8 +60,12 @@ OPT_IN: dict[str, tuple[Main, list[str]]] = {
     "distribution": (distribution.main, ["--store", "sqlite"]),
     # A cronbus api process on a PostgreSQL schema and Chromium pages: a few minutes.
     "console_tabs": (console_tabs.main, []),
+    # Worker processes on SQLite and on a PostgreSQL schema (both, by default), 100,000 rows
+    # each and a 15 s lease to wait out: about two minutes.
+    "connectors": (connectors.main, []),
 }
 QUICK: dict[str, list[str]] = {
+    "connectors": ["--quick"],
     "distribution": ["--quick"],
     "console_tabs": ["--quick"],
     "cron": ["--steps", "500", "--parse", "200", "--repeat", "1"],

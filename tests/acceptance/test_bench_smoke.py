@@ -36,6 +36,16 @@ def test_the_distribution_benchmark_runs_with_tiny_sizes() -> None:
         assert figure in done.stdout, f"no {figure!r} figure:\n{done.stdout[-3000:]}"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_connectors_benchmark_runs_with_tiny_sizes() -> None:
+    # Not in run.py's default set (100,000 rows and a 15 s lease); 500 rows and a 1 s lease here.
+    tiny = ["--rows", "500", "--lease", "1", "--trickle", "20"]
+    done = _run(ROOT / "bench" / "connectors.py", "--store", "sqlite", *tiny)
+    for figure in ("source -> topic -> file", "until its position moves"):
+        assert figure in done.stdout, f"no {figure!r} figure:\n{done.stdout[-3000:]}"
+
+
 def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run a benchmark script to its end; it must succeed without a traceback."""
     done = subprocess.run(

@@ -11,6 +11,8 @@ generation of the task, fenced by the epoch, writes neither events nor positions
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -46,6 +48,11 @@ class SourceRunner(TaskRunner):
         super().__init__(setting, lease, connector, task)
         self.plugin_task: SourceTask = plugin.task()
         self.source = f"/cronbus/connectors/{connector.name}"
+        given = task.config.get("poll_seconds")
+        self.poll_seconds = (
+            float(given) if isinstance(given, (int, float)) and given > 0 else setting.poll_seconds
+        )
+        """How long an empty poll waits: the connector's ``poll_seconds``, else the worker's."""
 
     async def run(self) -> None:
         """Poll, append, commit, until stopped."""
@@ -57,7 +64,7 @@ class SourceRunner(TaskRunner):
             if records is None:
                 return
             if not records:
-                if not await self.pause(self.setting.poll_seconds):
+                if not await self.pause(self.poll_seconds):
                     return
                 continue
             await self._deliver(records, retried)
@@ -114,25 +121,49 @@ class SourceRunner(TaskRunner):
         )
         if appended is None:
             raise LeaseLost(self.name)
+        if not self._listens:
+            return
         topic = self.connector.spec.topic
+        told: list[tuple[SourceRecord, RecordMetadata | None, BaseException | None]] = []
         for record, fate in zip(records, fates, strict=True):
             if isinstance(fate, BaseException):
-                await self._tell(record, None, fate)
+                told.append((record, None, fate))
             else:
                 landed = appended[fate]
                 meta = RecordMetadata(
                     topic=topic, offset=landed.offset, id=landed.id, created=landed.created
                 )
-                await self._tell(record, meta, None)
+                told.append((record, meta, None))
+        await self._tell(told)
+
+    @property
+    def _listens(self) -> bool:
+        """Whether the task overrides ``commit_record`` (most sources do not need it)."""
+        return type(self.plugin_task).commit_record is not SourceTask.commit_record
 
     async def _tell(
-        self, record: SourceRecord, meta: RecordMetadata | None, error: BaseException | None
+        self, told: Sequence[tuple[SourceRecord, RecordMetadata | None, BaseException | None]]
     ) -> None:
-        try:
-            await call(self.plugin_task.commit_record, record, meta, error)
-        except Exception:
-            # The record's fate is stored already; the task's bookkeeping is its own affair.
-            log.exception("connector task %s: commit_record raised", self.name)
+        """Call ``commit_record`` for each record, in order: awaited when it is ``async``,
+        else all of a poll's calls in one thread hop (not one per record)."""
+        commit = self.plugin_task.commit_record
+        if inspect.iscoroutinefunction(commit):
+            for record, meta, error in told:
+                try:
+                    await commit(record, meta, error)
+                except Exception:
+                    log.exception("connector task %s: commit_record raised", self.name)
+            return
+
+        def tell_all() -> None:
+            for record, meta, error in told:
+                try:
+                    commit(record, meta, error)
+                except Exception:
+                    # The record's fate is stored already; its bookkeeping is the task's own.
+                    log.exception("connector task %s: commit_record raised", self.name)
+
+        await asyncio.to_thread(tell_all)
 
     def _event(self, record: SourceRecord) -> NewEvent:
         """The store's event for a record (its id derived when the task gave none)."""

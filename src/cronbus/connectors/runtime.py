@@ -20,6 +20,7 @@ import socket
 import uuid
 
 from ..clock import Clock
+from ..errors import ConnectorNotFoundError
 from ..store.connector_ports import CONNECTORS_CHANNEL, ConnectorStore
 from ..store.ports import EVENTS_CHANNEL, Store, wait_any
 from .api import SinkConnector, SourceConnector
@@ -101,22 +102,28 @@ class ConnectorRuntime:
             self.holder, self.clock.now(), self.lease_seconds, self.max_tasks
         )
         held = {(lease.connector, lease.task): lease for lease in leases}
-        for key in [k for k, r in self.runners.items() if k not in held or not r.running]:
-            await self.runners.pop(key).stop()
+        ended = [
+            self.runners.pop(key)
+            for key, runner in list(self.runners.items())
+            if key not in held or not runner.running or runner.lease.epoch != held[key].epoch
+        ]
+        # Together: one slow plugin's stop must not hold back the others (nor the next renewal).
+        await asyncio.gather(*(runner.stop() for runner in ended))
         for key, lease in held.items():
             runner = self.runners.get(key)
-            if runner is not None and runner.lease.epoch == lease.epoch:
+            if runner is not None:
                 runner.lease = lease
                 continue
-            if runner is not None:
-                await self.runners.pop(key).stop()
             started = await self._start(lease)
             if started is not None:
                 self.runners[key] = started
 
     async def _start(self, lease: ConnectorLease) -> TaskRunner | None:
         """A runner for a newly held task (None: the task failed to start, recorded so)."""
-        connector = await self.connectors.get_connector(lease.connector)
+        try:
+            connector = await self.connectors.get_connector(lease.connector)
+        except ConnectorNotFoundError:
+            return None  # deleted since the lease was taken: nothing to run
         try:
             runner = self._runner(lease, connector)
         except Exception as exc:

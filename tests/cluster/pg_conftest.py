@@ -190,6 +190,27 @@ async def poll(
         await asyncio.sleep(every)
 
 
+async def drained(
+    remaining: Callable[[], Awaitable[int]],
+    stall: float,
+    *,
+    every: float = 0.5,
+    what: str = "work",
+) -> None:
+    """Poll ``remaining`` until it is 0, failing only when it has not fallen for ``stall``
+    seconds: a slow machine drains a backlog slowly, a stuck one not at all."""
+    loop = asyncio.get_running_loop()
+    best = await remaining()
+    deadline = loop.time() + stall
+    while best > 0:
+        await asyncio.sleep(every)
+        left = await remaining()
+        if left < best:
+            best, deadline = left, loop.time() + stall
+        elif loop.time() > deadline:
+            raise AssertionError(f"{what}: {left} left, none done in the last {stall} s")
+
+
 async def sleep_until(deadline: float) -> None:
     """Let wall-clock time pass until ``deadline`` (epoch seconds): for fire windows only."""
     await asyncio.sleep(max(0.0, deadline - time.time()))

@@ -28,6 +28,7 @@ from .pg_conftest import (
     Proc,
     cluster,
     db,
+    drained,
     pg_app,
     pg_url,
     poll,
@@ -75,11 +76,12 @@ async def test_killed_worker_and_scheduler_lose_and_double_nothing(
     schedulers[0].signal(signal.SIGTERM)
     assert await wait_exit(schedulers[0].popen, 30) == 0, cluster.outputs()
 
-    async def all_ended() -> bool:
+    async def not_ended() -> int:
         counts = await app.store.count_runs()
-        return set(counts) <= {RunState.SUCCEEDED}
+        return sum(n for state, n in counts.items() if state is not RunState.SUCCEEDED)
 
-    await poll(all_ended, 30, every=0.5, what="every run succeeded")
+    # The backlog of a busy machine drains at its own pace; only a stall fails.
+    await drained(not_ended, 30, what="runs not succeeded yet")
     for proc in survivors:
         proc.signal(signal.SIGTERM)
     for proc in survivors:

@@ -147,14 +147,22 @@ async def test_killing_takes_the_processes_the_call_started(tmp_path: Path) -> N
 async def test_cancelling_the_caller_kills_and_reaps_the_child() -> None:
     call = asyncio.ensure_future(run("sleep_forever"))
     running: list[int] = []
+    loop = asyncio.get_running_loop()
 
-    def cancel() -> None:  # scheduled after the call's first step, which starts the child
-        running.extend(spawned_children())
+    async def cancel_once_started() -> None:
+        # The child is visible as spawn's once it exec'd: on a busy machine that is not yet
+        # the case right after the call's first step, which forks it.
+        deadline = loop.time() + LONG
+        while not (found := spawned_children()):
+            assert loop.time() < deadline, "the child never started"
+            await asyncio.sleep(0.01)
+        running.extend(found)
         call.cancel()
 
-    asyncio.get_running_loop().call_soon(cancel)
+    canceller = asyncio.ensure_future(cancel_once_started())
     with pytest.raises(asyncio.CancelledError):
         await call
+    await canceller
     assert len(running) == 1
     assert spawned_children() == []
     assert_gone(running[0])

@@ -31,6 +31,8 @@ from cronbus.store import Store, open_store
 
 BENCH_DIR = Path(__file__).resolve().parent
 WORKER_SCRIPT = BENCH_DIR / "_worker.py"
+PG_SERVER = os.environ.get("CRONBUS_TEST_PG") or "postgresql://postgres@127.0.0.1:5432/test"
+"""The PostgreSQL server of the benchmarks that make schemas of their own."""
 
 
 # -- figures -------------------------------------------------------------------------------------
@@ -450,31 +452,56 @@ class WorkerPool:
 
     def check_alive(self) -> None:
         """Raise if a worker process has exited."""
-        for proc in self.procs:
-            code = proc.poll()
-            if code is not None:
-                raise RuntimeError(f"worker process {proc.pid} exited early with code {code}")
+        check_alive(self.procs)
 
     def stop(self) -> None:
         """SIGTERM every process, wait for it to drain, and SIGKILL what is still there."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_timeout
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                print(f"worker {proc.pid} ignored SIGTERM; killing it", file=sys.stderr)
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                proc.wait()
-            for stream in (proc.stdin, proc.stdout):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        stream.close()
+        stop_processes(self.procs, self.stop_timeout)
         self.procs = []
+
+
+def check_alive(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """Raise if one of the worker processes has exited."""
+    for proc in procs:
+        code = proc.poll()
+        if code is not None:
+            raise RuntimeError(f"worker process {proc.pid} exited early with code {code}")
+
+
+def stop_processes(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> None:
+    """SIGTERM every process, wait up to ``timeout`` for them to drain, SIGKILL the rest."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(f"worker {proc.pid} ignored SIGTERM; killing it", file=sys.stderr)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+def store_choices(option: str, *, keep_query: bool = True) -> list[tuple[str, str]]:
+    """``--store`` of the benchmarks that make their own stores: (kind, PostgreSQL server) per
+    store to measure (``sqlite``, ``postgres``, ``both`` or a store URL)."""
+    if option.startswith(("postgresql://", "postgres://")):
+        server = option if keep_query else urlunsplit(urlsplit(option)._replace(query=""))
+        return [("postgres", server)]
+    if option.startswith("sqlite:") or option == "sqlite":
+        return [("sqlite", "")]
+    if option == "postgres":
+        return [("postgres", PG_SERVER)]
+    if option == "both":
+        return [("sqlite", ""), ("postgres", PG_SERVER)]
+    raise SystemExit(f"--store: use sqlite, postgres, both or a store URL, not {option!r}")
 
 
 @contextlib.contextmanager

@@ -45,7 +45,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import random
 import signal
 import sqlite3
@@ -62,12 +61,16 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from _common import (
     BENCH_DIR,
+    PG_SERVER,
     Figure,
+    check_alive,
     exit_on_sigterm,
     heading,
     print_environment,
     print_table,
     report_group,
+    stop_processes,
+    store_choices,
     wait_for_workers,
     worker_env,
 )
@@ -76,7 +79,6 @@ from cronbus.connectors.records import ConnectorTask
 from cronbus.services import Services
 
 BENCH = "connectors"
-PG_SERVER = os.environ.get("CRONBUS_TEST_PG") or "postgresql://postgres@127.0.0.1:5432/test"
 TOPIC = "orders"
 SOURCE = "orders-in"
 SINK = "orders-out"
@@ -238,24 +240,11 @@ class Workers:
 
     def check_alive(self) -> None:
         """Raise if a worker process has exited."""
-        for proc in self.procs:
-            if proc.poll() is not None:
-                raise RuntimeError(f"worker {proc.pid} exited early with code {proc.returncode}")
+        check_alive(self.procs)
 
     def stop(self) -> None:
         """SIGTERM every worker, wait, and SIGKILL those still there."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_timeout
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                print(f"worker {proc.pid} ignored SIGTERM; killing it", file=sys.stderr)
-                proc.kill()
-                proc.wait()
+        stop_processes(self.procs, self.stop_timeout)
         self.procs = []
 
 
@@ -529,19 +518,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stores(option: str) -> list[tuple[str, str]]:
-    """(kind, PostgreSQL server) per store to measure."""
-    if option.startswith(("postgresql://", "postgres://")):
-        return [("postgres", urlunsplit(urlsplit(option)._replace(query="")))]
-    if option.startswith("sqlite:") or option == "sqlite":
-        return [("sqlite", "")]
-    if option == "postgres":
-        return [("postgres", PG_SERVER)]
-    if option == "both":
-        return [("sqlite", ""), ("postgres", PG_SERVER)]
-    raise SystemExit(f"--store: use sqlite, postgres, both or a store URL, not {option!r}")
-
-
 def main(argv: list[str] | None = None, *, environment: bool = True) -> list[Figure]:
     """Run the measurements, print each figure, and return them (exit 1 if a check failed)."""
     args = build_parser().parse_args(argv)
@@ -555,7 +531,7 @@ def main(argv: list[str] | None = None, *, environment: bool = True) -> list[Fig
     figures: list[Figure] = []
     problems: list[str] = []
     for _ in range(args.repeat):
-        for kind, server in _stores(args.store):
+        for kind, server in store_choices(args.store, keep_query=False):
             for name in args.only or list(MEASUREMENTS):
                 with fresh_rig(kind, server) as rig:
                     outcome = asyncio.run(MEASUREMENTS[name](rig, args))

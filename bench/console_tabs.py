@@ -41,7 +41,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from _common import Figure, exit_on_sigterm, heading, print_environment, print_table, report
+from _common import (
+    PG_SERVER,
+    Figure,
+    exit_on_sigterm,
+    heading,
+    print_environment,
+    print_table,
+    report,
+)
 from cronbus import App
 from cronbus.model import ClaimRequest, Outcome, QueueShare
 from cronbus.services import Services
@@ -51,7 +59,6 @@ if TYPE_CHECKING:
     from playwright.async_api import Browser
 
 BENCH = "console_tabs"
-PG_SERVER = os.environ.get("CRONBUS_TEST_PG") or "postgresql://postgres@127.0.0.1:5432/test"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 TRICKLE_QUEUE = "bench-trickle"

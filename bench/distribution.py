@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from _common import (
     BENCH_DIR,
+    PG_SERVER,
     Figure,
     exit_on_sigterm,
     heading,
@@ -62,6 +62,7 @@ from _common import (
     report,
     report_group,
     sqlite_path,
+    store_choices,
     wait_for_workers,
     worker_env,
 )
@@ -71,7 +72,6 @@ from cronbus.run_context import RunContext
 from cronbus.states import RunState
 
 BENCH = "distribution"
-PG_SERVER = os.environ.get("CRONBUS_TEST_PG") or "postgresql://postgres@127.0.0.1:5432/test"
 RATIO_TARGET = 2.0
 MOVED_TARGET = 0.30
 """About 1/4 of the keys should move when a 4th worker joins 3; this leaves room for chance."""
@@ -525,19 +525,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stores(option: str) -> list[tuple[str, str]]:
-    """(kind, PostgreSQL server) per store to measure."""
-    if option.startswith(("postgresql://", "postgres://")):
-        return [("postgres", option)]
-    if option.startswith("sqlite:") or option == "sqlite":
-        return [("sqlite", "")]
-    if option == "postgres":
-        return [("postgres", PG_SERVER)]
-    if option == "both":
-        return [("sqlite", ""), ("postgres", PG_SERVER)]
-    raise SystemExit(f"--store: use sqlite, postgres, both or a store URL, not {option!r}")
-
-
 def main(argv: list[str] | None = None, *, environment: bool = True) -> list[Figure]:
     """Run the measurements, print each figure, and return them (exit 1 if a check failed)."""
     args = build_parser().parse_args(argv)
@@ -551,7 +538,7 @@ def main(argv: list[str] | None = None, *, environment: bool = True) -> list[Fig
     figures: list[Figure] = []
     problems: list[str] = []
     for _ in range(args.repeat):
-        for kind, server in _stores(args.store):
+        for kind, server in store_choices(args.store):
             for name in args.only or list(MEASUREMENTS):
                 with fresh_store(kind, server) as url:
                     outcome = asyncio.run(MEASUREMENTS[name](url, kind, args))

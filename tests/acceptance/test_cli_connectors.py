@@ -15,21 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.test_cli_namespaces import APP_SOURCE, Cli
+from acceptance.test_cli_namespaces import Cli, cli
+
+__all__ = ["cli"]  # fixtures
 
 DEADLINE_SECONDS = 60.0
-
-
-@pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    """A folder with ``myapp.py`` and a migrated store, in an environment free of CRONBUS_*."""
-    import os
-
-    (tmp_path / "myapp.py").write_text(APP_SOURCE)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONBUS_") and k != "COLUMNS"}
-    made = Cli(tmp_path, f"sqlite:///{tmp_path / 't.db'}", env)
-    made.ok("migrate")
-    return made
 
 
 def test_a_connector_is_created_once_commanded_and_removed(cli: Cli, tmp_path: Path) -> None:

@@ -95,7 +95,14 @@ async def test_a_slow_queue_leaves_a_slot_for_a_fast_one(shop: App, queues: str)
         # The * worker learns of the fast queue by serving it once.
         assert (await (await fast.defer_async()).wait_async(30)).result == "quick"
         slows = [await slow.defer_async() for _ in range(6)]
-        await until(lambda: _running(3), 30)
+        try:
+            await until(lambda: _running(3), 30)
+        except AssertionError:
+            # Say what was seen: too few started (claims stalled) or too many (a slot lost).
+            states = [(await h.fetch_async()).state.value for h in slows]
+            raise AssertionError(
+                f"slow bodies running {running.now} (most {running.most}), runs {states}"
+            ) from None
         quick = await fast.defer_async()
         assert (await quick.wait_async(30)).result == "quick"
         # The fast run went through the kept slot while the slow ones still held theirs.

@@ -148,6 +148,32 @@ def plan_slots(
     ]
 
 
+def spare_shares(
+    queues: Sequence[tuple[str, int]],
+    concurrency: int,
+    busy: Mapping[str, int],
+    planned: Sequence[QueueShare],
+    others: Collection[str] = (),
+) -> list[QueueShare]:
+    """Queues :func:`plan_slots` gave no slot although they have room below their bound: each
+    with ``limit`` 0 and ``most`` its room, so the store may hand them shares the planned
+    queues leave unused (a queue kept waiting while the slots went to an empty one). Without
+    them, a queue at its quota could never take its last allowed slot while another served
+    queue had none to run."""
+    free = concurrency - sum(busy.values())
+    if free <= 0:
+        return []
+    listed = {share.name for share in planned}
+    ordered = list(queues)
+    caps = _caps(ordered, concurrency, busy, others)
+    spare = []
+    for name, _ in ordered:
+        room = min(free, caps[name] - busy.get(name, 0))
+        if name not in listed and room > 0:
+            spare.append(QueueShare(name=name, limit=0, most=room))
+    return spare
+
+
 def _caps(
     ordered: list[tuple[str, int]],
     concurrency: int,

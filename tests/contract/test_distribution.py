@@ -170,6 +170,21 @@ async def test_queue_share_most_bounds_the_second_pass(store: Store) -> None:
     assert len(await store.claim(request, T0)) == 3
 
 
+async def test_a_spare_share_takes_what_the_planned_queues_leave_up_to_its_room(
+    store: Store,
+) -> None:
+    await defer_ids(store, [new(queue="slow") for _ in range(4)])
+    request = ClaimRequest(
+        worker_id="w1",
+        queues=[QueueShare(name="fast", limit=2, most=2), QueueShare(name="slow", limit=0, most=1)],
+        limit=2,
+        lease_seconds=LEASE,
+    )
+    # The fast queue is empty: its two slots are left, and the slow queue takes one (its room).
+    (claimed,) = await store.claim(request, T0)
+    assert claimed.queue == "slow"
+
+
 # -- routing --------------------------------------------------------------------------------------
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from cronbus.fairness import plan_shares, plan_slots
+from cronbus.fairness import plan_shares, plan_slots, spare_shares
 from cronbus.model import QueueShare
 
 Plan = dict[str, tuple[int, int | None]]
@@ -171,3 +171,17 @@ def test_fewer_slots_than_queues_serves_every_queue_within_a_round(
     for rotation in range(start, start + len(queues)):
         served |= {s.name for s in plan_slots(queues, concurrency, {}, rotation)}
     assert served == {name for name, _ in queues}
+
+
+def test_a_queue_the_plan_skipped_gets_a_spare_share_of_its_room() -> None:
+    # Two slow runs busy, four slots: the plan gives the two free slots to the empty fast
+    # queue (below its quota); slow may still hold a third, taken if fast leaves them.
+    planned = plan_slots([("slow", 1), ("fast", 1)], 4, {"slow": 2}, 0)
+    assert {s.name: (s.limit, s.most) for s in planned} == {"fast": (2, 2)}
+    spare = spare_shares([("slow", 1), ("fast", 1)], 4, {"slow": 2}, planned)
+    assert spare == [QueueShare(name="slow", limit=0, most=1)]
+    # A queue at its bound gets none; nothing free, nothing spare.
+    assert spare_shares([("slow", 1), ("fast", 1)], 4, {"slow": 3}, []) == [
+        QueueShare(name="fast", limit=0, most=1)
+    ]
+    assert spare_shares([("slow", 1)], 4, {"slow": 4}, []) == []

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..config import Settings
-from ..fairness import EVERY_QUEUE, plan_slots
+from ..fairness import EVERY_QUEUE, plan_slots, spare_shares
 from ..model import ClaimedRun, ClaimRequest, Outcome, WorkerInfo, WorkerState
 from ..store import CONTROL_CHANNEL, RUNS_CHANNEL, Listener, Store
 from . import capture
@@ -313,6 +313,7 @@ class Worker:
             busy = Counter(active.claimed.queue for active in self._active.values())
             others = self.serving.recent(loop.time())
             shares = plan_slots(queues, self.concurrency, busy, self._rotation, others)
+            shares += spare_shares(queues, self.concurrency, busy, shares, others)
         self._rotation += 1
         asked = min(free, sum(share.limit for share in shares))
         request = ClaimRequest(

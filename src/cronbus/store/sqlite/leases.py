@@ -137,6 +137,10 @@ class SqliteLeases(Connected):
         for share in request.queues:
             first = share.limit if share.most is None else min(share.limit, share.most)
             if first <= 0:
+                # A share of 0 with room (the slot plan's spare queues) waits for what the
+                # others leave, in the second pass, as PostgreSQL's claim does.
+                if share.limit == 0 and share.most is not None and share.most > 0:
+                    full.append((share, 0))
                 continue
             params = {**common, "queue": share.name, "limit": first, "offset": 0}
             rows = conn.execute(sql, params).fetchall()

@@ -60,7 +60,7 @@ class Server:
         proc = await asyncio.create_subprocess_exec(
             *self.restart, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
-        out, _ = await asyncio.wait_for(proc.communicate(), 120)
+        out, _ = await asyncio.wait_for(proc.communicate(), 300)
         assert proc.returncode == 0, f"{shlex.join(self.restart)}: {out.decode(errors='replace')}"
 
 
@@ -88,7 +88,9 @@ def find_server() -> Server | None:
     if found is None:
         return None
     base = ["pg_ctlcluster", "--skip-systemctl-redirect", *found]
-    return Server(restart=[*base, "restart", "-m", "fast"], start=[*base, "start"])
+    # pg_ctl waits 60 s by default: a busy machine's shutdown checkpoint can take longer.
+    wait = ["--", "-t", "240"]
+    return Server(restart=[*base, "restart", "-m", "fast", *wait], start=[*base, "start", *wait])
 
 
 def accepting() -> bool:

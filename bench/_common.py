@@ -489,6 +489,29 @@ def stop_processes(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> 
                     stream.close()
 
 
+def measurement_parser(
+    description: str | None, measurements: Sequence[str]
+) -> argparse.ArgumentParser:
+    """The options every benchmark that makes its own stores shares: ``--store``,
+    ``--repeat``, ``--only`` (one of ``measurements``) and ``--quick``."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--store",
+        default="both",
+        help="sqlite, postgres or both (default); a postgresql:// URL means postgres on that "
+        f"server, a sqlite:// URL means sqlite (fresh files anyway). Server: {PG_SERVER} "
+        "(CRONBUS_TEST_PG)",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="repetitions (default 1)")
+    parser.add_argument(
+        "--only", action="append", choices=list(measurements), help="this measurement only"
+    )
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
+    return parser
+
+
 def store_choices(option: str, *, keep_query: bool = True) -> list[tuple[str, str]]:
     """``--store`` of the benchmarks that make their own stores: (kind, PostgreSQL server) per
     store to measure (``sqlite``, ``postgres``, ``both`` or a store URL)."""

@@ -61,11 +61,11 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from _common import (
     BENCH_DIR,
-    PG_SERVER,
     Figure,
     check_alive,
     exit_on_sigterm,
     heading,
+    measurement_parser,
     print_environment,
     print_table,
     report_group,
@@ -487,21 +487,7 @@ QUICK = {"rows": 10_000, "lease": 3.0}
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line options."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--store",
-        default="both",
-        help="sqlite, postgres or both (default); a postgresql:// URL means postgres on that "
-        f"server, a sqlite:// URL means sqlite (fresh files anyway). Server: {PG_SERVER} "
-        "(CRONBUS_TEST_PG)",
-    )
-    parser.add_argument("--repeat", type=int, default=1, help="repetitions (default 1)")
-    parser.add_argument(
-        "--only", action="append", choices=list(MEASUREMENTS), help="this measurement only"
-    )
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
+    parser = measurement_parser(__doc__, list(MEASUREMENTS))
     parser.add_argument("--rows", type=int, default=100_000, help="source rows (100,000)")
     parser.add_argument("--batch", type=int, default=1000, help="sql-source batch (1000)")
     parser.add_argument(

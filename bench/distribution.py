@@ -52,10 +52,10 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from _common import (
     BENCH_DIR,
-    PG_SERVER,
     Figure,
     exit_on_sigterm,
     heading,
+    measurement_parser,
     percentile,
     print_environment,
     print_table,
@@ -498,21 +498,7 @@ QUICK = {"items": 1000, "keys": 2000, "slow": 10_000, "fast": 100}
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line options."""
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--store",
-        default="both",
-        help="sqlite, postgres or both (default); a postgresql:// URL means postgres on that "
-        f"server, a sqlite:// URL means sqlite (fresh files anyway). Server: {PG_SERVER} "
-        "(CRONBUS_TEST_PG)",
-    )
-    parser.add_argument("--repeat", type=int, default=1, help="repetitions (default 1)")
-    parser.add_argument(
-        "--only", action="append", choices=list(MEASUREMENTS), help="this measurement only"
-    )
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
+    parser = measurement_parser(__doc__, list(MEASUREMENTS))
     parser.add_argument("--items", type=int, default=10_000, help="map items (10,000)")
     parser.add_argument("--workers", type=int, default=2, help="map-reduce workers (2)")
     parser.add_argument("--concurrency", type=int, default=8, help="slots per worker (8)")

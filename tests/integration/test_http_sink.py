@@ -13,14 +13,11 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
-from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from apps import connector_app
-from contract.pg import pg_store_url
 from cronbus import App
 from cronbus.connectors.api import RetriableError, TaskError
 from cronbus.connectors.builtin import connector_for
@@ -36,6 +33,9 @@ from cronbus.services import ConnectorView, Services
 from cronbus.webhooks import verify
 
 from .conftest import until
+from .test_connector_runtime import app
+
+__all__ = ["app"]  # fixtures: the test connectors' app on each store
 from .http_targets import Received, Targets, flaky, slow, status
 
 DEADLINE = 30.0
@@ -269,18 +269,6 @@ def test_a_config_is_normalised_with_its_defaults() -> None:
 
 
 # -- through the runtime -------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def app(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[App]:
-    """An app on a fresh store of each kind (built-in kinds need nothing of the app)."""
-    if request.param == "postgres":
-        url = await pg_store_url(request)
-    else:
-        url = f"sqlite:///{tmp_path / 'connectors.db'}"
-    connector_app.app.use_store(url)
-    async with connector_app.app:
-        yield connector_app.app
 
 
 async def sink_through_runtime(

@@ -55,6 +55,7 @@ from ..model import (
 from ..states import RunState
 from .admin_ports import Admin
 from .connector_ports import ConnectorStore
+from .lease_ports import RoleLeases, Snapshots
 
 RUNS_CHANNEL = "runs"
 """Wake-up channel: new or requeued runs may be claimable."""
@@ -538,6 +539,8 @@ class Store(
     EventStore,
     Admin,
     ConnectorStore,
+    RoleLeases,
+    Snapshots,
     Protocol,
 ):
     """What every store backend provides: every role (the admin ones in :mod:`.admin_ports`)."""

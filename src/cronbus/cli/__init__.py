@@ -68,6 +68,11 @@ COMMANDS = {
         "connectors",
         "Add, inspect, pause, resume, restart and remove connectors.",
     ),
+    "top": LazyCommand(
+        ".top",
+        "top",
+        "Watch queues, workers, scheduler lag, subscriptions and dead runs live (Ctrl-C quits).",
+    ),
     "migrate": LazyCommand(
         ".migrate",
         "migrate",

@@ -31,6 +31,7 @@ from .task_policy import KeySpec
 from .validation import DEFAULT_NAMESPACE, check_namespace
 
 if TYPE_CHECKING:
+    from .observability.metrics import Metrics
     from .services import Access, Services
 
 T = TypeVar("T")
@@ -74,6 +75,7 @@ class App:
         settings: Settings | None = None,
         clock: Clock | None = None,
         namespace: str | None = None,
+        metrics: bool | None = None,
     ) -> None:
         self.namespace: str = _namespace(namespace)
         """The namespace this app's runs, jobs, topics and subscriptions live in: its workers
@@ -96,6 +98,8 @@ class App:
         """The connector kinds this app's workers can run: the built-ins, and the app's own
         (``@app.connector_kinds.register`` on a :class:`~cronbus.connectors.Connector` class)."""
         self._startup: list[Hook] = []
+        self._metrics_on = metrics
+        self._metrics: Metrics | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._portal: Portal | None = None
         self._opened = 0
@@ -133,6 +137,22 @@ class App:
             name: replace(spec, namespace=self.namespace)
             for name, spec in self.code_subscriptions.items()
         }
+
+    @property
+    def metrics(self) -> Metrics | None:
+        """This app's Prometheus metrics (``app.metrics.registry`` holds them), made on first
+        use: the roles use it, other processes never load ``prometheus_client``. None when
+        switched off: ``App(metrics=False)`` or ``CRONBUS_METRICS=0``."""
+        if self._metrics is None and self._metrics_on is not False:
+            from .observability.hooks import attach
+            from .observability.metrics import Metrics, metrics_enabled
+
+            self._metrics_on = metrics_enabled(self._metrics_on)
+            if self._metrics_on:
+                self._metrics = Metrics()
+                if self._store is not None:
+                    attach(self._store, self._metrics)
+        return self._metrics
 
     @property
     def store(self) -> Store:
@@ -478,6 +498,10 @@ class App:
             raise
         self._store = store
         self._loop = asyncio.get_running_loop()
+        if self._metrics is not None:
+            from .observability.hooks import attach
+
+            attach(store, self._metrics)
 
     async def close_async(self) -> None:
         """Close the store when the outermost open ends."""

@@ -24,7 +24,8 @@ import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Sequence
+import socket
+from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from .app import App
@@ -67,13 +68,15 @@ async def serve(
     api: ApiRole | None = None,
     name: str | None = None,
     connectors: bool = True,
+    metrics: socket.socket | None = None,
 ) -> int:
     """Open ``app`` and run the chosen roles until a stop signal, then close it. A worker
-    also runs connector tasks unless ``connectors`` is False.
+    also runs connector tasks unless ``connectors`` is False. ``metrics`` is a listening
+    socket to serve ``/metrics`` on (:func:`cronbus.observability.exposition.listen_metrics`).
 
     Returns the number of thread tasks the worker abandoned that are still running.
     """
-    async with app:
+    async with app, _metrics_served(app, metrics):
         working = (
             Worker(app, queues=queues, concurrency=concurrency, labels=labels, name=name)
             if worker
@@ -221,6 +224,23 @@ class Roles:
             self.worker.request_stop(hurry=hurry)
 
 
+@contextlib.asynccontextmanager
+async def _metrics_served(app: App, sock: socket.socket | None) -> AsyncIterator[None]:
+    """Serve ``/metrics`` on ``sock`` (if any) while the roles run."""
+    if sock is None:
+        yield
+        return
+    # Imported here: a process without a metrics port never loads prometheus_client for it.
+    from .observability.exposition import MetricsServer
+
+    server = MetricsServer(app, sock)
+    await server.start()
+    try:
+        yield
+    finally:
+        await server.stop()
+
+
 def _connectors(app: App, worker: Worker) -> ConnectorRuntime:
     """The connector runtime of a worker process: it holds tasks under the worker's id, so
     ``connectors show`` names the same worker as ``workers list``."""
@@ -274,6 +294,7 @@ def run(
     api: ApiRole | None = None,
     name: str | None = None,
     connectors: bool = True,
+    metrics: socket.socket | None = None,
 ) -> int:
     """Blocking form of :func:`serve`, with signal handlers; returns what ``serve`` returns."""
     return asyncio.run(
@@ -289,5 +310,6 @@ def run(
             api=api,
             name=name,
             connectors=connectors,
+            metrics=metrics,
         )
     )

@@ -64,6 +64,8 @@ class Scheduler:
         self._calendars: dict[str, frozenset[str]] = {}
         self._calendars_read = 0.0
         self._reported: set[tuple[int, str]] = set()
+        self.metrics = app.metrics
+        """The app's metrics (None when switched off): fires applied and their lag."""
 
     def request_stop(self) -> None:
         """Stop after the current pass."""
@@ -130,11 +132,23 @@ class Scheduler:
                 extra={"action": "jobs.misfire"},
             )
         self.fired += sum(len(f.runs) for f, ok in zip(fires, done, strict=True) if ok)
+        if self.metrics is not None:
+            self._count(due, fires, done, now)
         return len(due) == self.batch or any(
             f.next_fire_at is not None and f.next_fire_at <= now + self.lookahead
             for f, ok in zip(fires, done, strict=True)
             if ok
         )
+
+    def _count(self, due: list[Job], fires: list[Fire], done: list[bool], now: float) -> None:
+        """Count the fires applied, and how late their runs were created (``now``)."""
+        assert self.metrics is not None
+        names = {job.id: job.name for job in due}
+        for fire, ok in zip(fires, done, strict=True):
+            if not ok:
+                continue  # another scheduler applied it: counted there
+            lags = [now - run.fire_at for run in fire.runs if run.fire_at is not None]
+            self.metrics.fired(names.get(fire.job_id, "?"), fire_result(fire), lags)
 
     def _shaped(self, fire: Fire) -> Fire:
         """The fire with its runs' routes and limits, from the task's code when this app has
@@ -207,3 +221,12 @@ class Scheduler:
                 waiter.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*waits, return_exceptions=True)
+
+
+def fire_result(fire: Fire) -> str:
+    """The ``result`` label of an applied fire: ``run`` (on time), ``misfired`` (later than
+    the job's grace, its runs created by the misfire policy), ``skipped`` (no run: the misfire
+    policy skipped it, or the job reached its ``max_fires``)."""
+    if not fire.runs:
+        return "skipped"
+    return "misfired" if fire.missed else "run"

@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from .. import console
 from .._version import __version__
 from ..app import App
-from . import problems
+from . import metrics_route, problems
 from .bodylimit import BodyLimit
 from .ratelimit import RateLimiter
 from .routes import ROUTERS
@@ -66,6 +66,7 @@ def create_api(app: App, settings: ApiSettings | None = None) -> FastAPI:
     api.add_middleware(BodyLimit, max_bytes=chosen.max_body)
     for router in ROUTERS:
         api.include_router(router, prefix="/v1")
+    metrics_route.install(api, app)
     console.install(api)
     return api
 

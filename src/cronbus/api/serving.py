@@ -14,12 +14,13 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import uvicorn
 
 from ..app import App
 from ..errors import ConfigurationError
+from ..observability.exposition import MetricsServer
 from .app import create_api
 from .settings import ApiSettings
 
@@ -116,16 +117,31 @@ class ApiServer:
             self.server.force_exit = True
 
 
+@contextlib.asynccontextmanager
+async def _metrics_served(app: App, sock: socket.socket | None) -> AsyncIterator[None]:
+    if sock is None:
+        yield
+        return
+    server = MetricsServer(app, sock)
+    await server.start()
+    try:
+        yield
+    finally:
+        await server.stop()
+
+
 async def serve_api(
     server: ApiServer,
     app: App,
     *,
     install_signals: bool = True,
     on_open: Callable[[str], None] | None = None,
+    metrics: socket.socket | None = None,
 ) -> None:
     """Open ``app`` and serve its API until SIGTERM or SIGINT (``cronbus api``); once the
-    store is open, ``on_open`` is called with the URL."""
-    async with app:
+    store is open, ``on_open`` is called with the URL. ``metrics``: a listening socket to
+    serve ``/metrics`` on besides the API's own port."""
+    async with app, _metrics_served(app, metrics):
         if on_open is not None:
             on_open(server.url)
         if install_signals:

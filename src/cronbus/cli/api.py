@@ -8,6 +8,7 @@ import sys
 import click
 
 from .loading import CliError, app_options, resolve_app
+from .observing import metrics_socket, observability_options
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -34,13 +35,24 @@ _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
     show_default=True,
     help="Log records below this level are not shown (DEBUG also logs every request).",
 )
-def api(app_spec: str | None, store_url: str | None, host: str, port: int, log_level: str) -> None:
+@observability_options
+def api(
+    app_spec: str | None,
+    store_url: str | None,
+    host: str,
+    port: int,
+    log_level: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_format: str,
+) -> None:
     """Serve the HTTP API: jobs, runs, dead letters, workers, topics, subscriptions, tokens.
 
     Every endpoint but /v1/health, /v1/ready and /openapi.json needs a token (`cronbus tokens
     create`). Prints the URL once listening; stop it with SIGTERM or Ctrl-C. CRONBUS_API_RATE
     (requests a minute per token, default 1200), CRONBUS_API_MAX_BODY (bytes, default 2 MiB)
-    and CRONBUS_API_IDEMPOTENCY_TTL (seconds, default a day) tune it.
+    and CRONBUS_API_IDEMPOTENCY_TTL (seconds, default a day) tune it. Prometheus metrics
+    are served at /metrics, without a token, on this port (and on --metrics-port if given).
     """
     # Imported here: the other commands need neither FastAPI nor uvicorn.
     from ..api.serving import ApiServer, listen, serve_api
@@ -49,11 +61,12 @@ def api(app_spec: str | None, store_url: str | None, host: str, port: int, log_l
 
     app = resolve_app(app_spec, store_url)
     settings = ApiSettings.load()
+    metrics = metrics_socket(app, metrics_host, metrics_port)
     sock = listen(host, port)
-    setup_logging(log_level)
+    setup_logging(log_level, log_format, role="api")
     server = ApiServer(app, sock, settings, access_log=log_level.upper() == "DEBUG")
     try:
-        asyncio.run(serve_api(server, app, on_open=announce))
+        asyncio.run(serve_api(server, app, on_open=announce, metrics=metrics))
     except KeyboardInterrupt:  # pragma: no cover - the handlers catch SIGINT
         raise CliError("interrupted") from None
 

@@ -25,6 +25,7 @@ from ..store import StoreFaultError
 from ..validation import check_label, check_namespace
 from ..worker.serving import check_labels
 from .loading import CliError, app_options, resolve_app
+from .observing import metrics_socket, observability_options
 
 if TYPE_CHECKING:
     from .. import runner
@@ -108,6 +109,7 @@ def _role_options(fn: FC) -> FC:
             show_default=True,
             help="Log records below this level are not shown.",
         ),
+        observability_options,
     ]
     for decorate in reversed(decorators):
         fn = decorate(fn)
@@ -140,6 +142,9 @@ def server(
     name: str | None,
     no_connectors: bool,
     log_level: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_format: str,
     api_host: str,
     api_port: int,
     no_api: bool,
@@ -156,6 +161,8 @@ def server(
         concurrency,
         labels,
         log_level,
+        role="server",
+        observing=(metrics_host, metrics_port, log_format),
         name=name,
         startup=True,
         scheduler=True,
@@ -177,6 +184,9 @@ def worker(
     name: str | None,
     no_connectors: bool,
     log_level: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_format: str,
 ) -> None:
     """Run a worker only: claim runs from the queues and execute them.
 
@@ -192,6 +202,8 @@ def worker(
         concurrency,
         labels,
         log_level,
+        role="worker",
+        observing=(metrics_host, metrics_port, log_format),
         name=name,
         startup=False,
         connectors=not no_connectors,
@@ -208,15 +220,25 @@ def worker(
     show_default=True,
     help="Log records below this level are not shown.",
 )
-def scheduler(app_spec: str, store_url: str | None, namespace: str | None, log_level: str) -> None:
+@observability_options
+def scheduler(
+    app_spec: str,
+    store_url: str | None,
+    namespace: str | None,
+    log_level: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_format: str,
+) -> None:
     """Run a scheduler only: fire due jobs into runs, exactly once per fire.
 
     Start one or several: they share the work through the store, and a fire creates one run
     however many run. The app's code-defined jobs are synced to the store at start.
     """
     app = _load(app_spec, store_url, namespace)
-    setup_logging(log_level)
-    _serve(app, startup=False, worker=False, scheduler=True)
+    sock = metrics_socket(app, metrics_host, metrics_port)
+    setup_logging(log_level, log_format, role="scheduler")
+    _serve(app, startup=False, worker=False, scheduler=True, metrics=sock)
 
 
 @click.command()
@@ -229,7 +251,16 @@ def scheduler(app_spec: str, store_url: str | None, namespace: str | None, log_l
     show_default=True,
     help="Log records below this level are not shown.",
 )
-def dispatcher(app_spec: str, store_url: str | None, namespace: str | None, log_level: str) -> None:
+@observability_options
+def dispatcher(
+    app_spec: str,
+    store_url: str | None,
+    namespace: str | None,
+    log_level: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    log_format: str,
+) -> None:
     """Run a dispatcher only: push the events of subscriptions to their targets.
 
     Start one or several: each subscription's pusher is held by one dispatcher at a time
@@ -237,8 +268,9 @@ def dispatcher(app_spec: str, store_url: str | None, namespace: str | None, log_
     handlers are synced to the store at start.
     """
     app = _load(app_spec, store_url, namespace)
-    setup_logging(log_level)
-    _serve(app, startup=False, worker=False, dispatcher=True)
+    sock = metrics_socket(app, metrics_host, metrics_port)
+    setup_logging(log_level, log_format, role="dispatcher")
+    _serve(app, startup=False, worker=False, dispatcher=True, metrics=sock)
 
 
 def _run_role(
@@ -248,6 +280,8 @@ def _run_role(
     labels: str,
     log_level: str,
     *,
+    role: str,
+    observing: tuple[str, int | None, str],
     name: str | None = None,
     startup: bool,
     scheduler: bool = False,
@@ -269,8 +303,10 @@ def _run_role(
             name = check_label(name, "--name")
         except InvalidArgumentError as exc:
             raise CliError(str(exc)) from None
+    metrics_host, metrics_port, log_format = observing
+    sock = metrics_socket(app, metrics_host, metrics_port)
     api_server = _api_server(app, *api, log_level) if api is not None else None
-    setup_logging(log_level)
+    setup_logging(log_level, log_format, role=role)
     _serve(
         app,
         queues=spec,
@@ -282,6 +318,7 @@ def _run_role(
         api=api_server,
         name=name,
         connectors=connectors,
+        metrics=sock,
     )
 
 
@@ -336,10 +373,16 @@ def _exit_now(*, status: int) -> NoReturn:
     os._exit(status)
 
 
-def setup_logging(level: str) -> None:
-    """Log to stderr: through Rich on a terminal, as plain lines otherwise (for collectors)."""
+def setup_logging(level: str, log_format: str = "text", *, role: str = "cronbus") -> None:
+    """Log to stderr: through Rich on a terminal, as plain lines otherwise (for collectors);
+    with ``log_format="json"``, one JSON object per line anywhere, naming ``role``."""
     handler: logging.Handler
-    if sys.stderr.isatty():
+    if log_format.lower() == "json":
+        from ..observability.logs import JsonFormatter
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter(role))
+    elif sys.stderr.isatty():
         handler = RichHandler(console=Console(stderr=True), show_path=False, markup=False)
         # Rich prints the time and level itself; the logger's name says which role spoke.
         handler.setFormatter(logging.Formatter(_RICH_FORMAT))

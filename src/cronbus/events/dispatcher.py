@@ -35,6 +35,7 @@ from ..store.ports import EVENTS_CHANNEL, SUBSCRIPTIONS_CHANNEL, EventStore, wai
 from .faultlog import FaultLog
 from .handlers import HandlerPool
 from .netpolicy import NetPolicy
+from .pacing import Circuit
 from .pusher import GONE_EVENT, RETRY_SHARE, STORE_RETRY, Pusher
 from .records import Subscription
 from .resolvers import FilteringResolver
@@ -84,6 +85,13 @@ class Dispatcher:
         self.handler_threads = handler_threads or min(32, self.pool)
         self.handler_pool = HandlerPool(self.handler_threads)
         self._client: aiohttp.ClientSession | None = None
+        self.metrics = app.metrics
+        """The app's metrics (None when switched off): pushes ended, circuits."""
+
+    @property
+    def circuits(self) -> dict[str, bool]:
+        """Whether the circuit of each subscription held is open (or probing)."""
+        return {name: p.breaker.state is not Circuit.CLOSED for name, p in self.pushers.items()}
 
     @property
     def store(self) -> EventStore:
@@ -116,6 +124,8 @@ class Dispatcher:
         listener = await self.app.store.listen([EVENTS_CHANNEL])
         changes = await self.app.store.listen([SUBSCRIPTIONS_CHANNEL])
         log.info("dispatcher %s started", self.id, extra={"action": "dispatcher.start"})
+        if self.metrics is not None:
+            self.metrics.circuits.add(self)
         try:
             await self.app.subscriptions.sync()
             loop = asyncio.get_running_loop()
@@ -146,6 +156,8 @@ class Dispatcher:
             await self._client.close()
             await resolver.close()
             self.handler_pool.shutdown()
+            if self.metrics is not None:
+                self.metrics.circuits.discard(self)
             log.info("dispatcher %s stopped", self.id, extra={"action": "dispatcher.stop"})
 
     async def _balance(self) -> None:

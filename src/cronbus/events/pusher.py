@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import random
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..observability.logs import SUBSCRIPTION
 from .filters import Filter
 from .pacing import Breaker, RateLimit, retry_delay
 from .records import (
@@ -85,7 +87,12 @@ class Pusher:
 
     def start(self) -> None:
         """Start the pusher's loop."""
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"push:{self.name}")
+        # Its lines (and its pushes', tasks it starts) name the subscription in JSON logs.
+        context = contextvars.copy_context()
+        context.run(SUBSCRIPTION.set, self.name)
+        self._task = asyncio.get_running_loop().create_task(
+            self._loop(), name=f"push:{self.name}", context=context
+        )
 
     def wake(self) -> None:
         """New events or due deliveries (a requeue) may be there."""
@@ -113,6 +120,8 @@ class Pusher:
         for delivery_id, flight in list(self.flights.items()):
             flight.cancel()
             self.ended.append(_lost(delivery_id, now))
+            if self.dispatcher.metrics is not None:
+                self.dispatcher.metrics.delivered(self.name, "lost", None)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -264,6 +273,9 @@ class Pusher:
                     result = PushResult(ok=False, error=f"{type(exc).__name__}: {exc}")
                     timed_out = False
             recorded = self._result(delivery, result, started, clock.now(), timed_out)
+            if self.dispatcher.metrics is not None:
+                took = recorded.finished_at - started if delivery.event is not None else None
+                self.dispatcher.metrics.delivered(self.name, delivery_outcome(recorded), took)
             # Appended before the flight is dropped, so the in-flight count never dips between.
             self.ended.append(recorded)
             self._report(delivery, recorded)
@@ -358,6 +370,14 @@ class Pusher:
         elif self._backlog and probe is None and self.rate.rate is None:
             timeout = min(timeout, 0.05)
         return timeout
+
+
+def delivery_outcome(result: DeliveryResult) -> str:
+    """The ``outcome`` label of an ended push: acked; failed or timed_out with a retry ahead
+    (a 410's wait for a resume included); dead with none left; lost."""
+    if result.outcome is not DeliveryOutcome.ACKED and result.retry_at is None:
+        return "dead"
+    return result.outcome.value
 
 
 def _lost(delivery_id: int, now: float) -> DeliveryResult:

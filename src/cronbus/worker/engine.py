@@ -28,6 +28,7 @@ from .._version import __version__
 from ..config import Settings
 from ..fairness import EVERY_QUEUE, plan_slots, spare_shares
 from ..model import ClaimedRun, ClaimRequest, Outcome, WorkerInfo, WorkerState
+from ..observability.logs import RunFields, bound_run
 from ..store import CONTROL_CHANNEL, RUNS_CHANNEL, Listener, Store
 from . import capture
 from .execution import CANCELLED, LOST, SHUTDOWN, THREAD_POLITE_SECONDS, Executor
@@ -84,6 +85,8 @@ class Worker:
         self._rotation = 0
         self._tasks = sorted(app.tasks)
         self.run_events = RunEvents(app)
+        self.metrics = app.metrics
+        """The app's metrics (None when switched off): attempts started, ended, recorded."""
         self.executor = Executor(
             app.tasks,
             clock=app.clock,
@@ -120,11 +123,14 @@ class Worker:
         helpers = [
             asyncio.create_task(self._heartbeats(control), name="cronbus-heartbeat"),
             asyncio.create_task(
-                reap_forever(self.store, self.app.clock, self.settings), name="cronbus-reaper"
+                reap_forever(self.store, self.app.clock, self.settings, self.metrics),
+                name="cronbus-reaper",
             ),
             asyncio.create_task(self._forward_wakeups(runs), name="cronbus-wakeups"),
         ]
         capture.install()
+        if self.metrics is not None:
+            self.metrics.slots.add(self)
         if not self._tasks:
             log.warning(
                 "worker %s knows no task (is --app given?): it claims nothing; runs wait for "
@@ -151,6 +157,8 @@ class Worker:
             await control.close()
             self.executor.shutdown()
             capture.uninstall()
+            if self.metrics is not None:
+                self.metrics.slots.discard(self)
             with contextlib.suppress(Exception):
                 await self.store.set_worker_state(
                     self.id, WorkerState.STOPPED, self.app.clock.now()
@@ -214,6 +222,11 @@ class Worker:
             )
 
     @property
+    def busy(self) -> int:
+        """Slots running an attempt now."""
+        return len(self._active)
+
+    @property
     def abandoned(self) -> int:
         """Thread tasks this worker interrupted that are still running (stuck in C code)."""
         return self.executor.leaked
@@ -246,6 +259,8 @@ class Worker:
         if done is not None:
             report_all(ended, done)
             self.run_events.ended(ended, done)
+            if self.metrics is not None:
+                self.metrics.runs_recorded(ended, done)
 
     def _interrupt_all(self, reason: str) -> None:
         for active in list(self._active.values()):
@@ -360,12 +375,21 @@ class Worker:
         active = _Active(claimed, interrupt)
         self._active[claimed.attempt_id] = active
         self.holdings.claimed(claimed)
+        if self.metrics is not None:
+            self.metrics.run_started(claimed.queue, self.app.clock.now() - claimed.eta)
         active.task = asyncio.create_task(self._attempt(active))
 
     async def _attempt(self, active: _Active) -> None:
         claimed = active.claimed
+        started = asyncio.get_running_loop().time()
         try:
-            outcome = await self.executor.run(claimed, active.interrupt)
+            # The attempt's own task: what it logs, and what is logged on its behalf, names it.
+            fields = RunFields(claimed.run_id, claimed.number, claimed.task, claimed.queue)
+            with bound_run(fields):
+                outcome = await self.executor.run(claimed, active.interrupt)
+            if self.metrics is not None:
+                seconds = asyncio.get_running_loop().time() - started
+                self.metrics.attempt_ended(claimed.task, claimed.queue, seconds)
         except Exception:
             log.exception("executing run %d crashed the worker's executor", claimed.run_id)
             outcome = None

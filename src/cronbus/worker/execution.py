@@ -20,6 +20,7 @@ from typing import Any
 from ..clock import Clock
 from ..errors import Abort, SerializationError, UnknownTaskError
 from ..model import ClaimedRun, ErrorInfo, Outcome
+from ..observability.logs import bound_run, current_run
 from ..run_context import RunContext, context_arguments
 from ..serialization import dumps
 from ..states import AttemptOutcome
@@ -136,11 +137,12 @@ class Executor:
         token: CancelToken,
     ) -> Any:
         call = _ThreadCall()
+        run = current_run()  # the pool's threads do not inherit the attempt's context
 
         def target() -> Any:
             call.thread_id = threading.get_ident()
             try:
-                with capturing(log), using_token(token):
+                with capturing(log), using_token(token), bound_run(run):
                     return task.fn(*args, **kwargs)
             finally:
                 with call.lock:

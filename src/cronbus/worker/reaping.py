@@ -10,19 +10,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from typing import TYPE_CHECKING
 
 from ..clock import Clock
 from ..config import Settings
 from ..store import Store
+
+if TYPE_CHECKING:
+    from ..observability.metrics import Metrics
 
 log = logging.getLogger("cronbus.worker")
 PRUNE_AFTER_SECONDS = 24 * 3600.0
 """Registry rows of workers silent this long (stopped, or lost and gone) are deleted."""
 
 
-async def reap_forever(store: Store, clock: Clock, settings: Settings) -> None:
+async def reap_forever(
+    store: Store, clock: Clock, settings: Settings, metrics: Metrics | None = None
+) -> None:
     """Reap expired leases, age retries, reroute runs of gone workers and prune silent
-    workers until cancelled."""
+    workers until cancelled; count the runs reaped as lost in ``metrics``."""
     while True:
         try:
             now = clock.now()
@@ -34,6 +40,9 @@ async def reap_forever(store: Store, clock: Clock, settings: Settings) -> None:
                     reaped[:10],
                     extra={"action": "runs.reaped"},
                 )
+                if metrics is not None:
+                    # Reaping is rare: one read of the runs names their task and queue.
+                    metrics.runs_lost(await store.get_runs(reaped))
             await store.age_retries(now, settings.retry_aging_seconds)
             await store.prune_workers(now - PRUNE_AFTER_SECONDS)
         except Exception:

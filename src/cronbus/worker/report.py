@@ -27,26 +27,37 @@ def report(claimed: ClaimedRun, outcome: Outcome, recorded: bool) -> None:
         f"run {claimed.run_id} {claimed.task} attempt {claimed.number} "
         f"(try {claimed.attempt} of {claimed.max_attempts})"
     )
+    # The run's fields for JSON logs (cronbus.observability.logs): these lines are written by
+    # the claim loop, outside the attempt's context.
+    run = {
+        "run": claimed.run_id,
+        "attempt": claimed.number,
+        "task": claimed.task,
+        "queue": claimed.queue,
+    }
     if not recorded:
         log.warning(
             "%s: lease no longer held; outcome %s dropped",
             what,
             outcome.outcome.value,
-            extra={"action": "attempt.fenced"},
+            extra={**run, "action": "attempt.fenced"},
         )
         return
     kind = outcome.outcome.value
     if outcome.outcome is AttemptOutcome.SUCCEEDED:
-        log.info("%s succeeded", what, extra={"action": "attempt.succeeded"})
+        log.info("%s succeeded", what, extra={**run, "action": "attempt.succeeded"})
         return
     error = outcome.error
     reason = f"{error.type}: {error.message}" if error else kind
     if outcome.outcome is AttemptOutcome.LOST:
         log.info(
-            "%s stopped (%s); run queued again", what, reason, extra={"action": "attempt.lost"}
+            "%s stopped (%s); run queued again",
+            what,
+            reason,
+            extra={**run, "action": "attempt.lost"},
         )
     elif outcome.outcome is AttemptOutcome.CANCELLED:
-        log.info("%s cancelled", what, extra={"action": "attempt.cancelled"})
+        log.info("%s cancelled", what, extra={**run, "action": "attempt.cancelled"})
     elif outcome.retry_at is not None:
         delay = max(0.0, outcome.retry_at - time.time())
         log.info(
@@ -55,7 +66,7 @@ def report(claimed: ClaimedRun, outcome: Outcome, recorded: bool) -> None:
             kind,
             reason,
             delay,
-            extra={"action": "attempt.retry"},
+            extra={**run, "action": "attempt.retry"},
         )
     else:
         log.warning(
@@ -63,5 +74,5 @@ def report(claimed: ClaimedRun, outcome: Outcome, recorded: bool) -> None:
             what,
             kind,
             reason,
-            extra={"action": "run.dead"},
+            extra={**run, "action": "run.dead"},
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from typing import Any
 
@@ -22,6 +23,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
 from ...errors import StoreError
+from ...observability.hooks import StoreObserver, caller
 from .. import migrations
 from ..presence import check_readable, not_found
 from ..wake import WakeHub
@@ -46,6 +48,8 @@ class Database:
         self._wait = options.statement_timeout or 30.0
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._checking: asyncio.Task[None] | None = None
+        self.observer: StoreObserver | None = None
+        """Told how long each transaction took (see :mod:`cronbus.observability.hooks`)."""
 
     @property
     def is_open(self) -> bool:
@@ -182,6 +186,21 @@ class Database:
         keep their statements' generic plans: their array parameters make the planner plan
         every call anew (a millisecond for a claim) for the same index scans.
         """
+        observer = self.observer
+        if observer is None:
+            async with self._transaction(durable) as tx:
+                yield tx
+            return
+        # Three frames up: this generator, contextlib's __aenter__, the store method.
+        op, start = caller(2), time.perf_counter()
+        try:
+            async with self._transaction(durable) as tx:
+                yield tx
+        finally:
+            observer.transaction(op, time.perf_counter() - start)
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, durable: bool) -> AsyncIterator[Tx]:
         async with self.connection() as conn:
             tx = Tx(conn)
             try:
@@ -312,3 +331,13 @@ class Connected:
 
     _db: Database
     _hub: WakeHub
+
+    @property
+    def observer(self) -> StoreObserver | None:
+        """Told how long each transaction took, and what was published (the app's metrics,
+        when its roles run; see :mod:`cronbus.observability.hooks`)."""
+        return self._db.observer
+
+    @observer.setter
+    def observer(self, value: StoreObserver | None) -> None:
+        self._db.observer = value

@@ -44,10 +44,13 @@ class PostgresEvents(Connected):
         owner = rows[0][2] if rows else namespace
         if owner != namespace:
             raise ConflictError(f"topic {topic!r} belongs to namespace {owner!r}")
-        return [
+        appended = [
             Appended(id=event.id, offset=offset, created=created)
             for event, (offset, created, _) in zip(events, rows, strict=True)
         ]
+        if self.observer is not None:
+            self.observer.published(topic, sum(1 for a in appended if a.created))
+        return appended
 
     async def read_events(self, topic: str, after: int, limit: int) -> list[EventRecord]:
         """Events of ``topic`` above ``after``, in offset order (a primary key range)."""

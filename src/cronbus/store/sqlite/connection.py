@@ -23,6 +23,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ...errors import StoreError
+from ...observability.hooks import StoreObserver, caller
 from .. import migrations
 from ..presence import StoreFaultError
 from ..wake import WakeHub
@@ -153,10 +154,6 @@ class Database:
             self.identity = file_identity(self._where)
             lock = os.path.abspath(self.path) + "-writer.lock"
             self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        if create:
-            # Retention frees pages that incremental vacuum gives back (0013). The mode sticks
-            # only if set before the first table: on a file with tables this does nothing.
-            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         # Switching a new file to WAL fails at once with "database is locked" when another
         # process switches it too (SQLite's busy handler does not wait there): queue on the
         # writers' lock, as processes started together all do.
@@ -332,6 +329,9 @@ class Connected:
     _registered: frozenset[str]
     _wakeups: list[tuple[str, frozenset[str]]]
     _wakeups_read: float
+    observer: StoreObserver | None = None
+    """Told how long each write transaction took, and what was published (the app's
+    metrics, when its roles run; see :mod:`cronbus.observability.hooks`)."""
 
     if TYPE_CHECKING:
         # Provided by the wake-up mixin (.wake.SqliteWakeUps).
@@ -369,7 +369,16 @@ class Connected:
     ) -> T:
         """``fn(conn, *args)`` in one write transaction (see :meth:`_write`), on the
         connection's thread (see :meth:`Database.call`)."""
-        return await self._call(self._in_transaction, fn, args, durable, wake, inline=inline)
+        observer = self.observer
+        if observer is None:
+            return await self._call(self._in_transaction, fn, args, durable, wake, inline=inline)
+        # Named after the store method that called: a bounded label (caller() must run before
+        # the first await, while that method's frame is the one below).
+        op, start = caller(1), time.perf_counter()
+        try:
+            return await self._call(self._in_transaction, fn, args, durable, wake, inline=inline)
+        finally:
+            observer.transaction(op, time.perf_counter() - start)
 
     def _in_transaction(
         self, fn: Callable[..., T], args: Sequence[Any], durable: bool, wake: bool | set[str]

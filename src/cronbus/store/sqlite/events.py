@@ -158,7 +158,10 @@ class SqliteEvents(Connected):
         appended = await self._transact(
             append_events, topic, events, now, namespace, wake=True, inline=quick
         )
-        if any(a.created for a in appended):
+        created = sum(1 for a in appended if a.created)
+        if created:
+            if self.observer is not None:
+                self.observer.published(topic, created)
             await self.notify([EVENTS_CHANNEL])
         return appended
 

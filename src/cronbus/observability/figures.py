@@ -1,0 +1,106 @@
+"""The store-wide figures behind the gauges: computed once, read by everyone.
+
+:func:`shared_figures` returns an app namespace's :class:`Figures` computed at most :data:`TTL`
+seconds ago. Within a process they are cached in the process-wide cache the console uses
+(:data:`cronbus.services.stats.CACHE`), and they are built on the console's own cached
+:class:`~cronbus.services.overview.Overview` (queue depths, workers), so a process serving
+both the console and /metrics counts once. The only reads added to the overview's are the
+subscriptions with their cursors and the topics with their last offsets: no count over a table.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..events.records import TopicInfo
+from ..services.stats import CACHE
+from ..states import RunState
+
+if TYPE_CHECKING:
+    from ..app import App
+    from ..store import Store
+
+__all__ = ["TTL", "Figures", "compute_figures", "shared_figures"]
+
+TTL = 2.0
+"""Seconds figures are served before they are computed (or read) again."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Figures:
+    """One namespace's store-wide figures at ``taken_at`` (epoch seconds)."""
+
+    namespace: str
+    taken_at: float
+    depths: tuple[tuple[str, str, int], ...] = ()
+    """``(queue, live state, runs)``, by queue then state; only states holding runs."""
+    oldest: dict[str, float] = field(default_factory=dict)
+    """The earliest due time (eta) of each queue's queued runs."""
+    workers: dict[str, int] = field(default_factory=dict)
+    """Workers by state: alive, draining, lost."""
+    lags: dict[str, int] = field(default_factory=dict)
+    """Events of each subscription's topic past its cursor."""
+
+    def to_json(self) -> str:
+        """The figures as a JSON document (what the store's snapshots keep)."""
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, body: str) -> Figures:
+        """Figures from :meth:`to_json`'s document."""
+        raw: dict[str, Any] = json.loads(body)
+        return cls(
+            namespace=str(raw["namespace"]),
+            taken_at=float(raw["taken_at"]),
+            depths=tuple((str(q), str(s), int(n)) for q, s, n in raw.get("depths", ())),
+            oldest={str(k): float(v) for k, v in raw.get("oldest", {}).items()},
+            workers={str(k): int(v) for k, v in raw.get("workers", {}).items()},
+            lags={str(k): int(v) for k, v in raw.get("lags", {}).items()},
+        )
+
+
+async def shared_figures(app: App) -> Figures:
+    """The figures of ``app``'s namespace, computed at most :data:`TTL` seconds ago (one
+    computation for every caller of the process)."""
+    store = app.store
+    key = ("metrics", store.url, id(store), app.namespace)
+
+    async def take() -> Figures:
+        return await compute_figures(app)
+
+    return await CACHE.get(key, take, ttl=TTL)
+
+
+async def compute_figures(app: App) -> Figures:
+    """Compute the figures from the console's cached overview and the subscriptions."""
+    overview = await app.services().overview.snapshot()
+    depths = tuple((d.queue, d.state.value, d.count) for d in overview.queues)
+    oldest = {
+        d.queue: d.oldest
+        for d in overview.queues
+        if d.state is RunState.QUEUED and d.oldest is not None
+    }
+    return Figures(
+        namespace=app.namespace,
+        taken_at=overview.taken_at,
+        depths=depths,
+        oldest=oldest,
+        workers={state.value: count for state, count in overview.workers.items()},
+        lags=await subscription_lags(app.store, app.namespace),
+    )
+
+
+async def subscription_lags(store: Store, namespace: str) -> dict[str, int]:
+    """Events past each subscription's cursor: its topic's last offset minus the cursor."""
+    subs = await store.list_subscriptions(namespace=namespace)
+    if not subs:
+        return {}
+    topics: dict[str, TopicInfo] = {t.name: t for t in await store.list_topics(namespace)}
+    lags = {}
+    for sub in subs:
+        topic = topics.get(sub.topic)
+        last = topic.last_offset if topic is not None else 0
+        lags[sub.name] = max(0, last - sub.cursor)
+    return lags

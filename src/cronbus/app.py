@@ -23,6 +23,7 @@ from .events.records import SubscriptionSpec
 from .events.targets import Handler
 from .jobs import JobOptions, Jobs, build_spec
 from .model import JobSpec, NewRun
+from .observability.alerts.registry import AlertRegistry
 from .portal import Portal
 from .retry import Retry
 from .store import Store, default_url, open_store
@@ -31,6 +32,7 @@ from .task_policy import KeySpec
 from .validation import DEFAULT_NAMESPACE, check_namespace
 
 if TYPE_CHECKING:
+    from .observability.alerts.records import Destination
     from .observability.metrics import Metrics
     from .services import Access, Services
 
@@ -97,6 +99,9 @@ class App:
         self.connector_kinds = ConnectorKinds()
         """The connector kinds this app's workers can run: the built-ins, and the app's own
         (``@app.connector_kinds.register`` on a :class:`~cronbus.connectors.Connector` class)."""
+        self.alerts = AlertRegistry(self)
+        """Alert rules in this app's code: ``app.alerts.add("queue-depth", threshold=100,
+        to=[webhook(...)])`` (see :mod:`cronbus.observability.alerts`)."""
         self._startup: list[Hook] = []
         self._metrics_on = metrics
         self._metrics: Metrics | None = None
@@ -390,6 +395,15 @@ class App:
             return function
 
         return register
+
+    def alert(
+        self, *, to: Sequence[Destination], name: str | None = None, repeat: float | str = 3600
+    ) -> Callable[[F], F]:
+        """Alert with a check of your own: the decorated function gets the namespace's
+        figures at every evaluation and returns None (all well), a message or a mapping of
+        subject to message (see ``AlertRegistry.check`` in
+        :mod:`cronbus.observability.alerts.registry`)."""
+        return self.alerts.check(to=to, name=name, repeat=repeat)
 
     async def publish_async(
         self,

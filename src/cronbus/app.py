@@ -21,6 +21,7 @@ from .events.bus import Events, Subscriptions, handler_spec
 from .events.event import DEFAULT_SOURCE, Event, make_event
 from .events.records import SubscriptionSpec
 from .events.targets import Handler
+from .group_commit import GroupCommit
 from .jobs import JobOptions, Jobs, build_spec
 from .model import JobSpec, NewRun
 from .observability.alerts.registry import AlertRegistry
@@ -108,6 +109,8 @@ class App:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._portal: Portal | None = None
         self._opened = 0
+        self.defers = GroupCommit(lambda: self.store, lambda: self.clock.now())
+        """Single defers, written in shared transactions when they come together."""
 
     def __repr__(self) -> str:
         return (

@@ -377,7 +377,7 @@ class Deferral:
         """Create the run; every keyword argument goes to the task."""
         app = self.task.app
         new = self.task.prepare(args, kwargs, now=app.clock.now(), **self._options)
-        (done,) = await app.store.defer([new], app.clock.now())
+        done = await app.defers.defer(new)
         return RunHandle(app, done.id, created=done.created, namespace=new.namespace)
 
     def defer(self, *args: Any, **kwargs: Any) -> RunHandle:

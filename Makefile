@@ -2,6 +2,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The `bench` extra (Redis, Huey, Dramatiq: the peers bench/peers.py measures cronbus against).
+BENCH_STAMP := $(VENV)/.installed-bench
 # Test processes side by side: most tests wait on subprocesses, sockets and fsync, not on a core.
 TEST_WORKERS ?= 3
 
@@ -16,6 +18,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	@touch $(BENCH_STAMP)
+
 demo: $(STAMP)  ## run `cronbus server` with the demo app on an embedded SQLite file
 	@printf 'Console: http://127.0.0.1:8787/  log in with this token (admin, valid one day):\n  %s\n' \
 		"$$($(VENV)/bin/cronbus tokens create --scope admin --namespace '*' --name demo \
@@ -25,7 +31,7 @@ demo: $(STAMP)  ## run `cronbus server` with the demo app on an embedded SQLite 
 $(CHROMIUM):
 	apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q chromium)
 
-test: $(STAMP) $(CHROMIUM)  ## lint, type-check and run the whole test suite
+test: $(STAMP) $(BENCH_STAMP) $(CHROMIUM)  ## lint, type-check and run the whole test suite
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -37,8 +43,11 @@ test: $(STAMP) $(CHROMIUM)  ## lint, type-check and run the whole test suite
 
 check: test
 
-bench: $(STAMP)  ## print throughput and latency figures
+bench: $(BENCH_STAMP)  ## print throughput and latency figures, then cronbus beside Huey and Dramatiq
 	$(PY) bench/run.py
+	@if $(PY) -c "import redis; redis.Redis(host='127.0.0.1', port=6379, socket_connect_timeout=2).ping()" \
+		2>/dev/null; then $(PY) bench/peers.py; \
+	else echo "bench/peers.py skipped: Redis does not answer at 127.0.0.1:6379"; fi
 
 console-assets:  ## refresh the console's vendored htmx from npm (not needed to build or test)
 	cd /tmp && npm pack htmx.org@2 >/dev/null && tar xzf htmx.org-2*.tgz package/dist/htmx.min.js

@@ -29,6 +29,15 @@ from _common import Figure, exit_on_sigterm, heading, print_environment, print_t
 
 Main = Callable[..., list[Figure]]
 
+
+def _peers(argv: list[str], *, environment: bool = True) -> list[Figure]:
+    """``bench/peers.py``, imported only when run: it needs the `bench` extra (redis-py, Huey,
+    Dramatiq), which the rest of the benchmarks do without."""
+    import peers
+
+    return peers.main(argv, environment=environment)
+
+
 # name: (module main, arguments with the moderate sizes used here)
 PLAN: dict[str, tuple[Main, list[str]]] = {
     "defer": (defer.main, ["--single", "2000", "--bulk", "50000", "--batch", "1000"]),
@@ -63,9 +72,14 @@ OPT_IN: dict[str, tuple[Main, list[str]]] = {
     # Worker processes on SQLite and on a PostgreSQL schema (both, by default), 100,000 rows
     # each and a 15 s lease to wait out: about two minutes.
     "connectors": (connectors.main, []),
+    # cronbus (SQLite and a PostgreSQL schema) beside Huey and Dramatiq; needs Redis at
+    # 127.0.0.1:6379 and the `bench` extra: about 3-5 minutes. `make bench` runs it after the
+    # default set when Redis answers.
+    "peers": (_peers, []),
 }
 QUICK: dict[str, list[str]] = {
     "connectors": ["--quick"],
+    "peers": ["--quick"],
     "distribution": ["--quick"],
     "console_tabs": ["--quick"],
     "cron": ["--steps", "500", "--parse", "200", "--repeat", "1"],

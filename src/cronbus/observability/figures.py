@@ -6,11 +6,21 @@ seconds ago. Within a process they are cached in the process-wide cache the cons
 :class:`~cronbus.services.overview.Overview` (queue depths, workers), so a process serving
 both the console and /metrics counts once. The only reads added to the overview's are the
 subscriptions with their cursors and the topics with their last offsets: no count over a table.
+
+Across processes, the store's role leases and snapshots (:mod:`cronbus.store.lease_ports`) share
+them: a process that finds the stored figures older than :data:`TTL` takes the ``metrics:NS``
+lease, computes them and stores them; the others read that one row. When another process holds
+the lease, its last figures are read while the lease lasts (:data:`LEASE_SECONDS`), so figures
+are at most that old; a holder that stopped computing loses the lease and the next scraper takes
+it. So a cluster of any size counts at most once per :data:`TTL` while it is scraped, and not at
+all when nobody scrapes.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,10 +32,13 @@ if TYPE_CHECKING:
     from ..app import App
     from ..store import Store
 
-__all__ = ["TTL", "Figures", "compute_figures", "shared_figures"]
+__all__ = ["LEASE_SECONDS", "TTL", "Figures", "compute_figures", "shared_figures"]
 
 TTL = 2.0
 """Seconds figures are served before they are computed (or read) again."""
+LEASE_SECONDS = 3 * TTL
+"""How long a process that computed the figures keeps the right to compute them for all."""
+_HOLDER = f"metrics-{socket.gethostname()}-{os.getpid()}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,9 +81,26 @@ async def shared_figures(app: App) -> Figures:
     key = ("metrics", store.url, id(store), app.namespace)
 
     async def take() -> Figures:
-        return await compute_figures(app)
+        return await _shared(app)
 
     return await CACHE.get(key, take, ttl=TTL)
+
+
+async def _shared(app: App) -> Figures:
+    """The figures stored by the lease holder if fresh; else computed here, and stored for the
+    others when this process gets the lease."""
+    store, now = app.store, app.clock.now()
+    key = f"metrics:{app.namespace}"
+    row = await store.get_snapshot(key)
+    if row is not None and now - row[0] < TTL:
+        return Figures.from_json(row[1])
+    if await store.hold_lease(key, _HOLDER, now, LEASE_SECONDS):
+        figures = await compute_figures(app)
+        await store.put_snapshot(key, figures.to_json(), figures.taken_at)
+        return figures
+    if row is not None and now - row[0] < LEASE_SECONDS:
+        return Figures.from_json(row[1])  # the holder is computing them now and then
+    return await compute_figures(app)
 
 
 async def compute_figures(app: App) -> Figures:

@@ -144,6 +144,8 @@ class NewRun:
     overlap: Overlap = Overlap.ALLOW
     namespace: str = "default"
     """The namespace (tenant) the run belongs to: only workers of that namespace claim it."""
+    trace: str | None = None
+    """The caller's trace context at defer (:func:`cronbus.observability.tracing.capture`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -209,6 +211,8 @@ class ClaimedRun:
     child_index: int | None = None
     """A child's place: its shard index, map item index, or broadcast ordinal."""
     shard_total: int | None = None
+    trace: str | None = None
+    """The trace context stored at defer: the parent of the attempt's span."""
 
     @property
     def args(self) -> list[JSON]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 from .errors import ConfigurationError, CronbusError, InvalidArgumentError
 from .handle import RunHandle
 from .model import FanOut, NewRun
+from .observability.tracing import capture as capture_trace
 from .retry import Retry
 from .serialization import context_parameter, encode_call, signature_of
 from .task_policy import KeySpec, Redaction, TaskPolicy, check_fanout, check_redact, make_policy
@@ -199,6 +200,7 @@ class Task(Generic[P, R]):
             idempotency_key=check_key(idempotency_key),
             namespace=namespace,
             fanout=fanout,
+            trace=capture_trace(),  # the caller's span, so its trace continues in the attempt
             **fields,
         )
 

@@ -24,6 +24,7 @@ import random
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..observability import tracing
 from ..observability.logs import SUBSCRIPTION
 from .filters import Filter
 from .pacing import Breaker, RateLimit, retry_delay
@@ -31,6 +32,7 @@ from .records import (
     Delivery,
     DeliveryOutcome,
     DeliveryResult,
+    EventRecord,
     NewDelivery,
     Subscription,
     SubscriptionLease,
@@ -264,7 +266,7 @@ class Pusher:
                         result = PushResult(ok=False, error=GONE_EVENT)
                     else:
                         async with asyncio.timeout(self.policy.timeout):
-                            result = await self.target.push(delivery, delivery.event)
+                            result = await self._traced_push(delivery, delivery.event)
                     timed_out = False
                 except TimeoutError:
                     result = PushResult(ok=False, error=f"timed out after {self.policy.timeout}s")
@@ -284,6 +286,13 @@ class Pusher:
             if is_retry:
                 self.retries_in_flight -= 1
             self._wake.set()
+
+    async def _traced_push(self, delivery: Delivery, event: EventRecord) -> PushResult:
+        """Push under the delivery's span (a no-op without the ``otel`` extra)."""
+        with tracing.delivery(self.name, self.target.label, delivery) as span:
+            result = await self.target.push(delivery, event)
+            span.ended(result.ok, result.status, result.error)
+        return result
 
     def _result(
         self,

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from ..errors import InvalidArgumentError, UnknownTaskError
 from ..model import NewRun
+from ..observability import tracing
 from ..validation import DEFAULT_NAMESPACE
 from .event import Event
 from .handlers import HandlerPool
@@ -193,6 +194,7 @@ class WebhookTarget:
             headers.update(webhook_headers(self.secrets, event.id, _now(), body))
         else:
             headers["webhook-id"] = event.id
+        tracing.inject(headers)  # the delivery's span, as traceparent
         # Imported here, not at the top: only a dispatcher (which has imported it already for
         # its client) pushes, and every `cronbus` command imports this module.
         import aiohttp
@@ -269,6 +271,7 @@ class TaskTarget:
                 eta=now,
                 idempotency_key=key,
                 namespace=self.namespace,
+                trace=tracing.capture(),  # the delivery's span: the run continues its trace
             )
         else:
             run = task.prepare(

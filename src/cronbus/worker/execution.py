@@ -20,6 +20,7 @@ from typing import Any
 from ..clock import Clock
 from ..errors import Abort, SerializationError, UnknownTaskError
 from ..model import ClaimedRun, ErrorInfo, Outcome
+from ..observability import tracing
 from ..observability.logs import bound_run, current_run
 from ..run_context import RunContext, context_arguments
 from ..serialization import dumps
@@ -84,6 +85,12 @@ class Executor:
 
     async def run(self, claimed: ClaimedRun, interrupt: asyncio.Future[str]) -> Outcome | None:
         """Execute one attempt; None when the lease was lost (the outcome is not ours to tell)."""
+        with tracing.attempt(claimed) as span:  # current while the task runs
+            outcome = await self._run(claimed, interrupt)
+            span.ended(outcome)
+        return outcome
+
+    async def _run(self, claimed: ClaimedRun, interrupt: asyncio.Future[str]) -> Outcome | None:
         task = self.tasks.get(claimed.task)
         if task is None:
             error = UnknownTaskError(f"this worker has no task named {claimed.task!r}")
@@ -148,7 +155,7 @@ class Executor:
                 with call.lock:
                     call.thread_id = None
 
-        future = self.pool.submit(target)
+        future = self.pool.submit(tracing.carry(target))  # the attempt's span in the thread
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:

@@ -7,10 +7,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar
 
-from fastapi import Query, Request, Response
+from fastapi import Header, Query, Request, Response
 from pydantic import ConfigDict
 
 from ...model import Run
+from ...observability.tracing import remote_parent
 from ...services import DeferResult, RunDetail, RunQuery
 from ...states import RunState
 from ..auth import Caller
@@ -81,20 +82,30 @@ async def list_runs(
         200: {"description": "The run the key made already", "model": DeferResult},
     },
 )
-async def defer(body: DeferRequest, response: Response, services: Caller) -> DeferResult:
-    """Create a run (201), or return the run an equal ``idempotency_key`` made (200)."""
-    result = await services.runs.defer(
-        body.task,
-        list(body.args),
-        dict(body.kwargs),
-        queue=body.queue,
-        delay=body.delay,
-        eta=body.eta,
-        priority=body.priority,
-        idempotency_key=body.idempotency_key,
-        broadcast=body.broadcast,
-        shards=body.shards,
-    )
+async def defer(
+    body: DeferRequest,
+    response: Response,
+    services: Caller,
+    traceparent: Annotated[str | None, Header(max_length=200, include_in_schema=False)] = None,
+    tracestate: Annotated[str | None, Header(max_length=600, include_in_schema=False)] = None,
+) -> DeferResult:
+    """Create a run (201), or return the run an equal ``idempotency_key`` made (200).
+
+    A W3C ``traceparent`` header (with the ``otel`` extra) makes the run's attempts continue
+    the caller's trace."""
+    with remote_parent(traceparent, tracestate):
+        result = await services.runs.defer(
+            body.task,
+            list(body.args),
+            dict(body.kwargs),
+            queue=body.queue,
+            delay=body.delay,
+            eta=body.eta,
+            priority=body.priority,
+            idempotency_key=body.idempotency_key,
+            broadcast=body.broadcast,
+            shards=body.shards,
+        )
     response.status_code = 201 if result.created else 200
     response.headers["Location"] = f"/v1/runs/{result.run.id}"
     return result

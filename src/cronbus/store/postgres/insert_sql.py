@@ -13,10 +13,11 @@ _PLAIN_ARRAYS = """
         %(eta)b::float8[], %(max_attempts)b::int[], %(timeout)b::float8[],
         %(idempotency_key)b::text[], %(target_worker)b::text[], %(route_key)b::text[],
         %(job_id)b::bigint[], %(fire_at)b::float8[], %(concurrency_key)b::text[],
-        %(overlap)b::text[], %(namespace)b::text[], %(args)b::text[], %(kwargs)b::text[]"""
+        %(overlap)b::text[], %(namespace)b::text[], %(args)b::text[], %(kwargs)b::text[],
+        %(trace)b::text[]"""
 _PLAIN_NAMES = """task, queue, state, priority, eta, max_attempts, timeout,
         idempotency_key, target_worker, route_key, job_id, fire_at, concurrency_key, overlap,
-        namespace, args, kwargs"""
+        namespace, args, kwargs, trace"""
 _PLAIN_COLUMNS = """task, queue, state, priority, eta, max_attempts, timeout,
         idempotency_key, target_worker, route_key, job_id, fire_at, concurrency_key, overlap,
         namespace"""
@@ -69,8 +70,8 @@ def insert_runs(full: bool) -> str:
 WITH new AS ({_new_runs(full)}),
 inserted AS ({_insert_new_runs(full)}),
 payloads AS (
-    INSERT INTO run_payloads (run_id, args, kwargs, namespace, created_at)
-    SELECT id, args, kwargs, namespace, %(now)s FROM new
+    INSERT INTO run_payloads (run_id, args, kwargs, namespace, created_at, trace)
+    SELECT id, args, kwargs, namespace, %(now)s, trace FROM new
 )
 SELECT true, id FROM new ORDER BY ord
 """
@@ -86,8 +87,9 @@ def insert_keyed_runs(full: bool) -> str:
 WITH new AS ({_new_runs(full)}),
 inserted AS ({_insert_new_runs(full)} ON CONFLICT DO NOTHING RETURNING id),
 payloads AS (
-    INSERT INTO run_payloads (run_id, args, kwargs, namespace, created_at)
-    SELECT n.id, n.args, n.kwargs, n.namespace, %(now)s FROM new n JOIN inserted i ON i.id = n.id
+    INSERT INTO run_payloads (run_id, args, kwargs, namespace, created_at, trace)
+    SELECT n.id, n.args, n.kwargs, n.namespace, %(now)s, n.trace
+    FROM new n JOIN inserted i ON i.id = n.id
 )
 SELECT i.id IS NOT NULL, coalesce(
     i.id,

@@ -43,6 +43,7 @@ class Pick(NamedTuple):
     parent_id: int | None
     child_index: int | None
     shard_total: int | None
+    trace: str | None = None
 
     @property
     def limited(self) -> bool:
@@ -71,6 +72,7 @@ def claimed_runs(picks: Sequence[Pick], started: Sequence[Row]) -> list[ClaimedR
             parent_id=pick.parent_id,
             child_index=pick.child_index,
             shard_total=pick.shard_total,
+            trace=pick.trace,
         )
         for pick in picks
         if pick.id in attempts
@@ -191,6 +193,7 @@ _RUN_COLUMNS = (
     "namespace",
     "args",
     "kwargs",
+    "trace",
 )
 
 
@@ -237,13 +240,16 @@ def run_params(runs: Sequence[NewRun], now: float, *, full: bool = False) -> dic
     """The parameters of the statements of :mod:`.insert_sql` for new runs; ``full``: with
     the columns of routes, limits and fan-out (label lists as JSON text)."""
     if not full:
-        rows = [(*new_run_values(run, now), run.args_json, run.kwargs_json) for run in runs]
+        rows = [
+            (*new_run_values(run, now), run.args_json, run.kwargs_json, run.trace) for run in runs
+        ]
         return {**arrays(_RUN_COLUMNS, rows), "now": now}
     rows = [
         (
             *new_run_values(run, now),
             run.args_json,
             run.kwargs_json,
+            run.trace,
             *_json_lists(distribution_values(run)),
         )
         for run in runs

@@ -174,13 +174,13 @@ picked AS (
 )
 SELECT p.id, p.attempts, p.used, p.task, p.queue, p.max_attempts, p.timeout, p.eta,
     p.concurrency_key, p.overlap, p.job_id, pl.args, pl.kwargs, p.limit_key, p.limit_max,
-    p.rate_key, p.rate_max, p.rate_period, p.parent_id, p.child_index, p.shard_total
+    p.rate_key, p.rate_max, p.rate_period, p.parent_id, p.child_index, p.shard_total, pl.trace
 FROM picked p
 -- One index probe per picked run: as a plain join, the planner (which cannot know how few rows
 -- the lateral picks give) hashed the whole of run_payloads on every claim, 35-125 ms with
 -- 100,000 runs queued.
 LEFT JOIN LATERAL (
-    SELECT x.args, x.kwargs FROM run_payloads x WHERE x.run_id = p.id LIMIT 1
+    SELECT x.args, x.kwargs, x.trace FROM run_payloads x WHERE x.run_id = p.id LIMIT 1
 ) pl ON true
 ORDER BY p.pass, p.ord, p.lane, p.priority DESC, p.eta, p.id
 LIMIT %(limit)s

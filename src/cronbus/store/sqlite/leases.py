@@ -94,8 +94,9 @@ class SqliteLeases(Connected):
             q.START_RUN, [(worker, expires, a, f, now, row[0]) for row, a, f in started]
         )
         ids = json.dumps([row[0] for row in rows])
-        payload = {r[0]: (r[1], r[2]) for r in conn.execute(q.PAYLOADS, (ids,))}
-        return [_claimed(row, a, f, payload.get(row[0], ("[]", "{}"))) for row, a, f in started]
+        payload = {r[0]: (r[1], r[2], r[3]) for r in conn.execute(q.PAYLOADS, (ids,))}
+        missing = ("[]", "{}", None)
+        return [_claimed(row, a, f, payload.get(row[0], missing)) for row, a, f in started]
 
     def _overlap(
         self, conn: sqlite3.Connection, rows: list[Row], now: float, nudges: set[str]
@@ -271,7 +272,9 @@ class SqliteLeases(Connected):
         return moved
 
 
-def _claimed(row: Row, attempt_id: int, fence: int, payload: tuple[str, str]) -> ClaimedRun:
+def _claimed(
+    row: Row, attempt_id: int, fence: int, payload: tuple[str, str, str | None]
+) -> ClaimedRun:
     """A row of ``SELECT_READY`` started under ``attempt_id`` and ``fence``, as a claim."""
     run_id, attempts, used, task, queue, max_attempts, timeout, eta, *_ = row
     return ClaimedRun(
@@ -290,6 +293,7 @@ def _claimed(row: Row, attempt_id: int, fence: int, payload: tuple[str, str]) ->
         parent_id=row[10],
         child_index=row[11],
         shard_total=row[12],
+        trace=payload[2],
     )
 
 

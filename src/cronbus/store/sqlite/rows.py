@@ -52,7 +52,7 @@ def insert_rows(conn: sqlite3.Connection, runs: Sequence[NewRun], now: float) ->
     lock makes them consecutive); keyed ones one at a time, to learn which were new.
     """
     out: list[Deferred | None] = [None] * len(runs)
-    payloads: list[tuple[int, str, str, str, float]] = []
+    payloads: list[tuple[int, str, str, str, float, str | None]] = []
     unkeyed = [i for i, r in enumerate(runs) if r.idempotency_key is None and r.job_id is None]
     if unkeyed:
         simple = [i for i in unkeyed if plain(runs[i])]
@@ -67,14 +67,16 @@ def insert_rows(conn: sqlite3.Connection, runs: Sequence[NewRun], now: float) ->
         for offset, i in enumerate([*simple, *full]):
             out[i] = Deferred(id=first + offset, created=True)
             run = runs[i]
-            payloads.append((first + offset, run.args_json, run.kwargs_json, run.namespace, now))
+            payloads.append(
+                (first + offset, run.args_json, run.kwargs_json, run.namespace, now, run.trace)
+            )
     for i, run in enumerate(runs):
         if out[i] is not None:
             continue
         row = conn.execute(q.INSERT_KEYED_RUN, full_row(run, now)).fetchone()
         if row is not None:
             out[i] = Deferred(id=row[0], created=True)
-            payloads.append((row[0], run.args_json, run.kwargs_json, run.namespace, now))
+            payloads.append((row[0], run.args_json, run.kwargs_json, run.namespace, now, run.trace))
             continue
         if run.idempotency_key is not None:
             existing = conn.execute(q.RUN_BY_KEY, (run.idempotency_key,)).fetchone()

@@ -39,7 +39,8 @@ INSERT_KEYED_RUN = INSERT_FULL_RUN + " ON CONFLICT DO NOTHING RETURNING id"
 RUN_BY_FIRE = "SELECT id FROM runs WHERE job_id = ? AND fire_at = ?"
 RUN_BY_KEY = "SELECT id FROM runs WHERE idempotency_key = ?"
 INSERT_PAYLOAD = """
-INSERT INTO run_payloads (run_id, args, kwargs, namespace, created_at) VALUES (?, ?, ?, ?, ?)
+INSERT INTO run_payloads (run_id, args, kwargs, namespace, created_at, trace)
+VALUES (?, ?, ?, ?, ?, ?)
 """
 
 PROMOTE_DUE = f"""
@@ -109,7 +110,8 @@ UPDATE runs SET state = {_RUN}, attempts = attempts + 1, lease_owner = ?, lease_
 WHERE id = ?
 """
 PAYLOADS = (
-    "SELECT run_id, args, kwargs FROM run_payloads WHERE run_id IN (SELECT value FROM json_each(?))"
+    "SELECT run_id, args, kwargs, trace FROM run_payloads"
+    " WHERE run_id IN (SELECT value FROM json_each(?))"
 )
 
 # With the run's place as a child, for a fan-out parent its counters (fanouts: total, ended,

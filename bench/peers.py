@@ -895,9 +895,9 @@ def make_systems(
     return makers
 
 
-def measure(system: System, args: argparse.Namespace, groups: set[str]) -> list[Figure]:
-    """Every chosen figure of one system, printed as it comes."""
-    figures: list[Figure] = []
+def measure(system: System, args: argparse.Namespace, groups: set[str]) -> list[tuple[str, Figure]]:
+    """Every chosen figure of one system (with its key in :data:`KINDS`), printed as it comes."""
+    figures: list[tuple[str, Figure]] = []
     phases: list[tuple[str, Callable[[], tuple[Values, Notes]]]] = []
     if "processed" in groups:
         phases.append(("processed", lambda: processed(system, args, asynchronous=False)))
@@ -920,7 +920,7 @@ def measure(system: System, args: argparse.Namespace, groups: set[str]) -> list[
                 notes,
                 spec.higher_is_better,
             )
-            figures.append(figure)
+            figures.append((kind, figure))
         parts = " | ".join(f"{KINDS[k].title} {format_value(v)}" for k, v in values.items())
         print(f"[{BENCH}] {system.label}: {parts}", flush=True)
         print(f"    settings: {' '.join(f'{k}={v}' for k, v in notes.items())}", flush=True)
@@ -992,9 +992,8 @@ def main(argv: list[str] | None = None, *, environment: bool = True) -> list[Fig
                 for key, make in make_systems(args, conn, Path(folder)):
                     if key not in systems:
                         systems.append(key)
-                    for figure in measure(make(), args, groups):
+                    for kind, figure in measure(make(), args, groups):
                         figures.append(figure)
-                        kind = next(k for k, s in KINDS.items() if figure.name.endswith(s.title))
                         values.setdefault((key, kind), []).append(figure.value)
         finally:
             flush(conn)

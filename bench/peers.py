@@ -909,7 +909,8 @@ def measure(system: System, args: argparse.Namespace, groups: set[str]) -> list[
         phases.append(("latency", lambda: latency(system, args, groups)))
     for _, phase in phases:
         values, notes = phase()
-        notes = {"system": system.key, **notes}
+        # Other processes on the machine show here: compare only figures taken at a like load.
+        notes = {"system": system.key, **notes, "load1": round(os.getloadavg()[0], 1)}
         for kind, value in values.items():
             spec = KINDS[kind]
             figure = Figure(

@@ -3,7 +3,9 @@
 Each line of a raw file is ``frame;frame;...;leaf COUNT``, a frame being
 ``function (file:line)``. Functions are counted without their line: *own* samples are those
 where the function is the leaf (running its own code), *total* those where it is anywhere on
-the stack (once per sample). Run alone: ``python bench/_peers_profile.py FILE... [--top N]``.
+the stack (once per sample), leaving out the frames every sample of a thread passes through
+(thread start-up, the CLI, ``run_forever``).
+Run alone: ``python bench/_peers_profile.py FILE... [--top N]``.
 """
 
 from __future__ import annotations
@@ -29,10 +31,34 @@ def _function(frame: str) -> str:
     return f"{found['name']} ({path})"
 
 
-def summarize(paths: list[Path]) -> tuple[int, Counter[str], Counter[str]]:
-    """Samples in all, own samples and total samples per function."""
+_WRAPPERS = (
+    "(threading.py)",
+    "(click/",
+    "(<frozen runpy>)",
+    "(asyncio/runners.py)",
+    "(cronbus/cli/",
+    "(cronbus/__main__.py)",
+    "BaseEventLoop.run_forever ",
+    "BaseEventLoop.run_until_complete ",
+    "run (cronbus/runner.py)",
+)
+"""Frames every sample of a thread passes through: left out of the *total* ranking."""
+
+
+def _where(frames: list[str]) -> str:
+    """Which thread a stack is from: the event loop's, the thread pool's, or another."""
+    if any(f.startswith("_worker (concurrent/futures/thread.py") for f in frames):
+        return "thread pool (sync bodies)"
+    if any(f.startswith("BaseEventLoop.run_forever ") for f in frames):
+        return "event loop thread"
+    return "other threads"
+
+
+def summarize(paths: list[Path]) -> tuple[int, Counter[str], Counter[str], Counter[str]]:
+    """Samples in all, own and total samples per function, and samples per kind of thread."""
     own: Counter[str] = Counter()
     total: Counter[str] = Counter()
+    threads: Counter[str] = Counter()
     samples = 0
     for path in paths:
         for line in path.read_text(errors="replace").splitlines():
@@ -46,17 +72,21 @@ def summarize(paths: list[Path]) -> tuple[int, Counter[str], Counter[str]]:
                 continue
             samples += count
             own[frames[-1]] += count
+            threads[_where(frames)] += count
             for name in set(frames):
-                total[name] += count
-    return samples, own, total
+                if not any(marker in name for marker in _WRAPPERS):
+                    total[name] += count
+    return samples, own, total, threads
 
 
 def print_summary(paths: list[Path], top: int = 15) -> None:
     """Print the top functions by own and by total samples."""
-    samples, own, total = summarize(paths)
-    print(f"\npy-spy: {samples} samples (non-idle) in {', '.join(p.name for p in paths)}")
+    samples, own, total, threads = summarize(paths)
+    print(f"\npy-spy: {samples} samples in {', '.join(p.name for p in paths)}")
     if not samples:
         return
+    shares = ", ".join(f"{name} {100 * n / samples:.0f}%" for name, n in threads.most_common())
+    print(f"by thread: {shares}")
     for title, counter in (("own", own), ("total", total)):
         print(f"top {top} by {title} time:")
         for name, count in counter.most_common(top):

@@ -41,8 +41,9 @@ Before the latency series, ``--warmup`` (5) runs are deferred and waited for one
 every figure is the median of N rounds (each round runs every system in turn).
 
 ``--profile DIR`` records every cronbus worker of the processed measurements with py-spy
-(``pip install py-spy``; raw collapsed stacks in DIR) and prints the top functions by own and
-total samples (``--workers 1 --only sqlite --figures processed`` for one worker draining).
+(``pip install py-spy``; raw collapsed stacks in DIR; ``--profile-gil``: only the thread
+holding the GIL) and prints the top functions by own and total samples (``--workers 1
+--only sqlite --figures processed`` for one worker draining).
 
 Example: ``.venv/bin/python bench/peers.py --repeat 3`` (``--quick``: small sizes, ~40 s).
 """
@@ -205,13 +206,14 @@ class Processes:
         self.conn.delete(common.READY_KEY)
         self.conn.rpush(common.GO_KEY, *["go"] * self.gated)
 
-    def spy(self, folder: Path, tag: str) -> None:
-        """Attach py-spy (raw collapsed stacks, non-blocking) to each process."""
+    def spy(self, folder: Path, tag: str, *, gil: bool) -> None:
+        """Attach py-spy (raw collapsed stacks, non-blocking) to each process; with ``gil``,
+        only samples of the thread holding the GIL."""
         spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
         for index, pid in enumerate(self.pids):
             out = folder / f"{tag}-worker{index}.txt"
             command = [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "200"]
-            command += ["--nonblocking", "--output", str(out)]
+            command += ["--nonblocking", "--output", str(out), *(["--gil"] if gil else [])]
             proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             self.spies.append((proc, out))
         time.sleep(1.0)  # py-spy attaches
@@ -522,7 +524,7 @@ def processed(
             procs.wait_ready()
             tag = f"{system.key}-{'async' if asynchronous else 'sync'}"
             if args.profile and system.cronbus:
-                procs.spy(Path(args.profile), tag)
+                procs.spy(Path(args.profile), tag, gil=args.profile_gil)
             released = time.perf_counter()
             procs.release()
             _until(
@@ -858,6 +860,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=5, help="warm-up runs (5)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per wait")
     parser.add_argument("--profile", metavar="DIR", help="py-spy the cronbus workers into DIR")
+    parser.add_argument(
+        "--profile-gil",
+        action="store_true",
+        help="with --profile: only samples of the thread holding the GIL (py-spy --gil)",
+    )
     return parser
 
 

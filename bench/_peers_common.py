@@ -8,9 +8,9 @@ the benchmark and by the worker processes it starts (``cronbus worker``, ``huey_
 * ``hit()``: the processed-runs body, **one Redis round trip** through redis-py (a client per
   process): ``EVALSHA`` of :data:`HIT_LUA`, which does ``INCR`` on a counter and records
   Redis's own ``TIME`` as the first stamp (when the counter became 1) and as the last stamp
-  (every call), all atomically. The benchmark times the work from these stamps: runs /
-  (last - first), read from Redis, not from any queue's own tables. ``ahit()`` is the same
-  through ``redis.asyncio``.
+  (every call), all atomically (and counts the bodies of each process). The benchmark times
+  the work from these stamps: runs / (last - first), read from Redis, not from any queue's
+  own tables. ``ahit()`` is the same through ``redis.asyncio``.
 * ``stamp(key, t0)``: the latency body: ``RPUSH key (time.time() - t0)``, where ``t0`` is the
   wall-clock time the benchmark took just before the defer call (or the run's due time),
   carried in the arguments; the worker's clock is read first thing in the body.
@@ -45,7 +45,8 @@ GATE_TIMEOUT = 300
 COUNT_KEY = "peers:count"
 FIRST_KEY = "peers:first"
 LAST_KEY = "peers:last"
-HIT_KEYS = [COUNT_KEY, FIRST_KEY, LAST_KEY]
+SHARES_KEY = "peers:shares"
+HIT_KEYS = [COUNT_KEY, FIRST_KEY, LAST_KEY, SHARES_KEY]
 QUEUE = "peers"
 """The queue (cronbus, Dramatiq) of every task of the benchmark."""
 
@@ -55,10 +56,13 @@ local t = redis.call('TIME')
 local stamp = t[1] .. string.format('%06d', tonumber(t[2]))
 if n == 1 then redis.call('SET', KEYS[2], stamp) end
 redis.call('SET', KEYS[3], stamp)
+redis.call('HINCRBY', KEYS[4], ARGV[1], 1)
 return n
 """
-"""INCR the counter; stamp Redis's clock (microseconds since the epoch) as first and last."""
+"""INCR the counter; stamp Redis's clock (microseconds since the epoch) as first and last;
+count the bodies of each process (by pid), to show how the processes shared the work."""
 
+_PID = os.getpid()
 _lock = threading.Lock()
 _client: redis.Redis | None = None
 _script: Any = None
@@ -81,7 +85,7 @@ def client() -> redis.Redis:
 def hit() -> None:
     """The processed-runs body: one synchronous round trip to Redis (see :data:`HIT_LUA`)."""
     client()
-    _script(keys=HIT_KEYS)
+    _script(keys=HIT_KEYS, args=[_PID])
 
 
 async def ahit() -> None:
@@ -90,7 +94,7 @@ async def ahit() -> None:
     if _aclient is None:
         _aclient = redis.asyncio.Redis.from_url(REDIS_URL)
         _ascript = _aclient.register_script(HIT_LUA)
-    await _ascript(keys=HIT_KEYS)
+    await _ascript(keys=HIT_KEYS, args=[_PID])
 
 
 def stamp(key: str, t0: float) -> None:

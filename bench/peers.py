@@ -538,6 +538,7 @@ def processed(
             last = int(conn.get(common.LAST_KEY) or 0)
             time.sleep(0.2)  # a duplicate run would show as a count past --runs
             count = int(conn.get(common.COUNT_KEY) or 0)
+            shares = sorted((int(v) for v in conn.hvals(common.SHARES_KEY)), reverse=True)
     seconds = (last - first) / 1e6
     key = "processed-async" if asynchronous else "processed"
     notes = {
@@ -545,6 +546,7 @@ def processed(
         "bodies": count,
         "processes": args.workers,
         "slots": args.threads,
+        "per_process": "/".join(str(n) for n in shares),
         "redis_window_s": round(seconds, 3),
         "release_to_done_s": round(wall, 3),
         "preload_s": round(preload, 2),

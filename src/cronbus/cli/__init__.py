@@ -84,6 +84,11 @@ COMMANDS = {
         "Serve the HTTP API: jobs, runs, dead letters, workers, topics, subscriptions, tokens.",
     ),
     "tokens": LazyCommand(".tokens", "tokens", "Create, list and revoke API tokens (admin)."),
+    "alerts": LazyCommand(
+        ".alerts",
+        "alerts",
+        "List alert rules and what fires, see the history, silence rules, add and remove rules.",
+    ),
     "namespaces": LazyCommand(
         ".namespaces",
         "namespaces",

@@ -19,6 +19,7 @@ from cronbus.observability.alerts import (
     parse_duration,
     webhook,
 )
+from cronbus.observability.alerts.lifecycle import step
 from cronbus.observability.alerts.records import silenced
 from cronbus.observability.alerts.rules import (
     DeadRuns,
@@ -28,7 +29,6 @@ from cronbus.observability.alerts.rules import (
     SubscriptionHealth,
     custom_findings,
     findings,
-    step,
 )
 from cronbus.states import RunState
 

@@ -9,9 +9,9 @@ alert fires once, repeats at most every ``repeat`` seconds while it holds, resol
 message, can be silenced for a time, and is kept in the history.
 
 The modules: :mod:`.records` (the values), :mod:`.build` (checked builders), :mod:`.rules`
-(the pure decisions), :mod:`.destinations` (sending), :mod:`.engine` (the evaluator loop),
-:mod:`.registry` (the app's code rules), :mod:`.settings` (``CRONBUS_ALERT_*``,
-``CRONBUS_SMTP_*``).
+and :mod:`.lifecycle` (the pure decisions), :mod:`.destinations` (sending), :mod:`.engine`
+(the evaluator loop), :mod:`.registry` (the app's code rules), :mod:`.settings`
+(``CRONBUS_ALERT_*``, ``CRONBUS_SMTP_*``).
 """
 
 from __future__ import annotations

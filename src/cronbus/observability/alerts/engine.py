@@ -34,8 +34,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .destinations import Notice, Sender
+from .lifecycle import step
 from .records import AlertRule, AlertState, HistoryEntry, HistoryKind, Silence, silenced
-from .rules import Figures, Finding, custom_findings, findings, step
+from .rules import Figures, Finding, custom_findings, findings
 from .settings import AlertSettings
 
 if TYPE_CHECKING:
@@ -75,13 +76,15 @@ class AlertEngine:
         """Evaluate every ``alert_seconds`` while holding the lease, until ``stop`` is set;
         then let go of the lease. A failed evaluation (the store unreachable...) is logged and
         tried again at the next tick."""
+        given = self._sender
         async with self._sending() as sender:
-            self._sender = sender
+            self._sender = sender  # one HTTP session for every evaluation of the loop
             try:
                 while not stop.is_set():
                     await self.tick()
                     await self._wait(stop, self.settings.alert_seconds)
             finally:
+                self._sender = given
                 with contextlib.suppress(Exception):
                     await self.app.store.release_lease(LEASE, self.holder)
 

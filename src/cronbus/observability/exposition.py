@@ -99,7 +99,7 @@ class Exposition:
     def __init__(self, app: App, metrics: Metrics) -> None:
         self.metrics = metrics
         self.aggregate = Aggregate(app)
-        metrics.registry.register(self.aggregate)
+        """The store-wide gauges, rendered after the registry's families."""
 
     async def render(self) -> bytes:
         """The text exposition, with store-wide figures a few seconds old at most.
@@ -113,7 +113,7 @@ class Exposition:
             log.warning(
                 "computing the store-wide figures failed; showing the last ones", exc_info=True
             )
-        return generate_latest(self.metrics.registry)
+        return generate_latest(self.metrics.registry) + self.aggregate.text()
 
 
 def exposition_of(app: App) -> Exposition | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..events.records import TopicInfo
@@ -58,7 +58,16 @@ class Figures:
 
     def to_json(self) -> str:
         """The figures as a JSON document (what the store's snapshots keep)."""
-        return json.dumps(asdict(self), separators=(",", ":"))
+        # Not dataclasses.asdict: it deep-copies each of a thousand queues' tuples (100 ms).
+        body = {
+            "namespace": self.namespace,
+            "taken_at": self.taken_at,
+            "depths": self.depths,
+            "oldest": self.oldest,
+            "workers": self.workers,
+            "lags": self.lags,
+        }
+        return json.dumps(body, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, body: str) -> Figures:

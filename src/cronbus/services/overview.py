@@ -15,7 +15,9 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from enum import Enum
+from typing import Any
 
 from ..events.records import Subscription
 from ..events.states import DeliveryState
@@ -154,7 +156,34 @@ def scheduler_lag(lags: Sequence[float]) -> SchedulerLag:
 
 def _versioned(figures: Overview) -> Overview:
     """``figures`` with its version: a digest of every figure but the time it was taken."""
-    content = asdict(figures)
-    del content["taken_at"], content["version"]
+    content = _plain(replace(figures, taken_at=0.0, version=""))
     text = json.dumps(content, sort_keys=True, default=str)
     return replace(figures, version=hashlib.sha256(text.encode()).hexdigest()[:16])
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-ready lists, dicts and scalars, every dataclass field included.
+
+    Not ``dataclasses.asdict``, which deep-copies every value on the way: with a thousand
+    queues it took most of the overview's time (80 ms of 110 on a small machine), once per
+    computation, for the console and for the metrics alike.
+    """
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if isinstance(value, Enum):
+        return value.value
+    if kind is dict:
+        return {str(_plain(k)): _plain(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [_plain(item) for item in value]
+    names = _FIELDS.get(kind)
+    if names is None and is_dataclass(value) and not isinstance(value, type):
+        names = _FIELDS[kind] = tuple(f.name for f in fields(value))
+    if names is not None:
+        return {name: _plain(getattr(value, name)) for name in names}
+    return str(value)

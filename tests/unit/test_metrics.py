@@ -150,3 +150,22 @@ def test_figures_round_trip_through_json() -> None:
         lags={"hook": 4},
     )
     assert Figures.from_json(figures.to_json()) == figures
+
+
+def test_the_dashboard_shows_every_metric() -> None:
+    """docs/grafana-dashboard.json is valid JSON and queries each named metric."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "docs" / "grafana-dashboard.json"
+    dashboard = json.loads(path.read_text())
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+    names = [
+        "cronbus_runs_total", "cronbus_run_duration_seconds", "cronbus_run_start_delay_seconds",
+        "cronbus_queue_depth", "cronbus_queue_oldest_age_seconds", "cronbus_worker_slots",
+        "cronbus_job_fires_total", "cronbus_scheduler_lag_seconds",
+        "cronbus_events_published_total", "cronbus_deliveries_total",
+        "cronbus_delivery_duration_seconds", "cronbus_subscription_lag_events",
+        "cronbus_circuit_open", "cronbus_workers", "cronbus_store_transaction_seconds",
+    ]  # fmt: skip
+    assert [name for name in names if name not in exprs] == []

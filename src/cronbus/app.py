@@ -25,6 +25,7 @@ from .group_commit import GroupCommit
 from .jobs import JobOptions, Jobs, build_spec
 from .model import JobSpec, NewRun
 from .observability.alerts.registry import AlertRegistry
+from .observability.retention_policy import KeepSpec
 from .portal import Portal
 from .retry import Retry
 from .store import Store, default_url, open_store
@@ -197,6 +198,7 @@ class App:
         rate: str | None = None,
         rate_key: KeySpec | None = None,
         redact: bool | Sequence[str] = (),
+        keep: KeepSpec = None,
     ) -> Callable[[F], Task[Any, Any]]: ...
 
     def task(
@@ -220,6 +222,7 @@ class App:
         rate: str | None = None,
         rate_key: KeySpec | None = None,
         redact: bool | Sequence[str] = (),
+        keep: KeepSpec = None,
     ) -> Task[Any, Any] | Callable[[F], Task[Any, Any]]:
         """Register a function as a task; use bare (``@app.task``) or with options.
 
@@ -241,6 +244,11 @@ class App:
         the CLI through a server show ``"[redacted]"``): argument names (``redact=("password",
         "card")``, passed by keyword or by position), or ``True`` for every argument and the
         result. The worker, local code (a run's handle) and local commands still see them.
+
+        ``keep`` is how long its finished runs are kept (retention): one age for every final
+        state (``"30d"``, seconds, a timedelta) or per state (``{"succeeded": "1d", "dead":
+        "90d"}``, or a :class:`~cronbus.observability.retention_policy.Keep`); states it does
+        not name keep the store's defaults (``CRONBUS_KEEP_*_SECONDS``).
         """
 
         def register(function: F) -> Task[Any, Any]:
@@ -267,6 +275,7 @@ class App:
                 rate=rate,
                 rate_key=rate_key,
                 redact=redact,
+                keep=keep,
             )
             if task.name in self.tasks:
                 raise ConfigurationError(f"two tasks are named {task.name!r}; give one a name=")

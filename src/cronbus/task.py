@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar
 from .errors import ConfigurationError, CronbusError, InvalidArgumentError
 from .handle import RunHandle
 from .model import FanOut, NewRun
+from .observability.retention_policy import Keep, KeepSpec
 from .observability.tracing import capture as capture_trace
 from .retry import Retry
 from .serialization import context_parameter, encode_call, signature_of
@@ -75,6 +76,7 @@ class Task(Generic[P, R]):
         rate: str | None = None,
         rate_key: KeySpec | None = None,
         redact: bool | Sequence[str] = (),
+        keep: KeepSpec = None,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -106,6 +108,9 @@ class Task(Generic[P, R]):
             )
             self.redaction: Redaction = check_redact(redact, self.signature)
             """Which payloads of its runs the services hide (see ``redact`` of ``app.task``)."""
+            self.keep: Keep = Keep.coerce(keep, "keep")
+            """How long its finished runs are kept, per final state (see ``keep`` of
+            ``app.task``; what it does not say is the store's default)."""
         self.context_index: int | None = None
         """Where ``ctx`` sits among the positional parameters (None: keyword-only or none)."""
         self.takes_context = self._check_context()

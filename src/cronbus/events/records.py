@@ -122,6 +122,12 @@ class DeliveryPolicy:
     """Consecutive failures that open the circuit; the target is then probed, not hammered."""
     circuit_probe: float = 5.0
     """Seconds between probes while the circuit is open."""
+    keep_acked: float | None = None
+    """Retention: seconds an acknowledged delivery is kept (None: the store's default,
+    ``CRONBUS_KEEP_ACKED_SECONDS``, 7 days)."""
+    keep_dead: float | None = None
+    """Retention: seconds a dead delivery is kept (None: the store's default,
+    ``CRONBUS_KEEP_DEAD_DELIVERIES_SECONDS``, 30 days)."""
 
     def to_json(self) -> dict[str, JSON]:
         """The policy as a JSON object (stored with the subscription)."""

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import InvalidArgumentError
+from ..observability.retention_policy import parse_age
 from ..serialization import check_json, encode_value
 from ..validation import (
     check_identifier,
@@ -79,9 +80,17 @@ def build_policy(base: DeliveryPolicy | None = None, **options: Any) -> Delivery
     if unknown:
         known = ", ".join(sorted(DeliveryPolicy.__dataclass_fields__))
         raise InvalidArgumentError(f"unknown delivery option(s) {sorted(unknown)} (known: {known})")
+    for name in _AGES:
+        if options.get(name) is not None:
+            # An age as the edges take it ("7d", seconds, a timedelta), stored as seconds.
+            options[name] = parse_age(options[name], name)
     policy = replace(base or DeliveryPolicy(), **options)
     _check_policy(policy)
     return policy
+
+
+_AGES = ("keep_acked", "keep_dead")
+"""The retention options of a subscription (:mod:`cronbus.observability.retention_policy`)."""
 
 
 def _check_policy(policy: DeliveryPolicy) -> None:
@@ -107,6 +116,9 @@ def _check_policy(policy: DeliveryPolicy) -> None:
             )
     if not isinstance(policy.ordered, bool):
         raise invalid("ordered", "must be True or False", policy.ordered)
+    for name in _AGES:
+        if getattr(policy, name) is not None:
+            parse_age(getattr(policy, name), name)
 
 
 def handler_spec(

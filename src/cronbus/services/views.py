@@ -178,6 +178,10 @@ class SubscriptionInput:
     ordered: bool | None = None
     circuit_failures: int | None = None
     circuit_probe: float | None = None
+    keep_acked: float | str | None = None
+    """Retention of acked deliveries: seconds or like ``"7d"`` (default: the store's)."""
+    keep_dead: float | str | None = None
+    """Retention of dead deliveries: seconds or like ``"30d"`` (default: the store's)."""
     replace_existing: bool = False
     """Redefine a subscription of that name (its cursor is kept) instead of refusing."""
 

@@ -16,6 +16,8 @@ from .errors import ConfigurationError
 from .serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from .validation import shorten
 
+_DAY = 86_400.0
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
@@ -46,6 +48,24 @@ class Settings:
     worker's tasks move to another worker after about this long."""
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     """Serialized JSON bytes a run's arguments or an event's data may take (1 MiB)."""
+    keep_succeeded_seconds: float = 7 * _DAY
+    """Retention: succeeded runs are kept this long after they end (a task's ``keep`` wins)."""
+    keep_dead_seconds: float = 30 * _DAY
+    """Retention: dead runs (dead letters) are kept this long after they end."""
+    keep_cancelled_seconds: float = 7 * _DAY
+    """Retention: cancelled runs are kept this long after they end."""
+    keep_skipped_seconds: float = _DAY
+    """Retention: runs skipped by a job's policy are kept this long."""
+    keep_acked_seconds: float = 7 * _DAY
+    """Retention: acknowledged deliveries (a subscription's ``keep_acked`` wins)."""
+    keep_dead_deliveries_seconds: float = 30 * _DAY
+    """Retention: dead deliveries (a subscription's ``keep_dead`` wins)."""
+    keep_events_seconds: float = 7 * _DAY
+    """Retention: events of a topic that sets no retention of its own."""
+    retention_period_seconds: float = 300.0
+    """How often the holder of the retention lease applies retention."""
+    retention_batch: int = 500
+    """Rows a retention transaction removes at most (each holds the store's locks briefly)."""
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -86,6 +106,14 @@ _SECONDS: dict[str, tuple[float, bool]] = {
     "dispatcher_lease_seconds": (0.0, False),
     "connector_lease_seconds": (0.0, False),
     "grace_seconds": (0.0, True),
+    "retention_period_seconds": (0.0, False),
+    "keep_succeeded_seconds": (0.0, True),
+    "keep_dead_seconds": (0.0, True),
+    "keep_cancelled_seconds": (0.0, True),
+    "keep_skipped_seconds": (0.0, True),
+    "keep_acked_seconds": (0.0, True),
+    "keep_dead_deliveries_seconds": (0.0, True),
+    "keep_events_seconds": (0.0, True),
 }
 _MAX_SECONDS = 365 * 86_400.0
 _COUNTS: dict[str, int] = {
@@ -94,6 +122,7 @@ _COUNTS: dict[str, int] = {
     "log_limit": 1 << 30,
     "dispatcher_pool": 10_000,
     "max_payload_bytes": 1 << 30,
+    "retention_batch": 10_000,
 }
 
 

@@ -1,4 +1,5 @@
-"""Resource commands on runs: ``runs`` and ``defer`` (dead letters are in :mod:`.dlq`).
+"""Resource commands on runs: ``runs`` (``purge`` too) and ``defer`` (dead letters are in
+:mod:`.dlq`).
 
 They work through the runs service (:mod:`cronbus.services.runs`), on the store or through a
 server (``--url``): the rules (what can be cancelled or retried, why a run may wait for ever)
@@ -12,8 +13,9 @@ from typing import Any
 
 import click
 
-from ..errors import SerializationError
+from ..errors import InvalidArgumentError, SerializationError
 from ..model import Run
+from ..observability.retention_policy import check_purge_states, parse_age
 from ..serialization import parse_json
 from ..services import DeferResult, RunDetail, RunQuery
 from ..services.pages import encode_cursor
@@ -22,6 +24,7 @@ from ..task_policy import SHARDS_LIMIT
 from . import render
 from .connect import AnyServices, Where, collect, run_services, where_options
 from .loading import CronbusGroup, parse_states
+from .progress import progress
 from .runs_render import children_section, children_summary, children_table
 
 _json_option = click.option(
@@ -164,6 +167,64 @@ def retry_run(run_id: int, where: Where, as_json: bool) -> None:
     """Queue a dead or cancelled run again, with a fresh retry budget."""
     run = run_services(where, lambda services: services.runs.retry(run_id))
     _print_state(run_id, run.state, as_json)
+
+
+@runs.command("purge")
+@click.option(
+    "--older-than",
+    "older_than",
+    required=True,
+    metavar="AGE",
+    help="Runs that ended at least this long ago: seconds, or like 30m, 12h, 1d, 2w; "
+    "0 purges every finished run of the states.",
+)
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    metavar="STATE",
+    help="Only runs in this finished state (succeeded, cancelled, dead, skipped); repeat it or "
+    "separate states with commas. Default: all four.",
+)
+@where_options()
+@_json_option
+def purge_runs(older_than: str, states: tuple[str, ...], where: Where, as_json: bool) -> None:
+    """Remove finished runs (with their attempts, payloads and logs) that ended at least AGE
+    ago, in short batches, and print how many were removed.
+
+    Runs that are not finished are never removed, nor a parent run whose children still run.
+    Needs an admin token with --url.
+    """
+    names = [part.strip() for value in states for part in value.split(",") if part.strip()]
+    # The services' own checks, run before the store is opened: a typo is a usage error.
+    try:
+        age = parse_age(older_than, "--older-than")
+    except InvalidArgumentError as exc:
+        raise click.BadParameter(
+            str(exc).removeprefix("--older-than "), param_hint="--older-than"
+        ) from None
+    try:
+        chosen = check_purge_states(names, "--state") if names else None
+    except InvalidArgumentError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--state: "), param_hint="--state") from None
+
+    async def purge(services: AnyServices) -> tuple[int, tuple[RunState, ...]]:
+        removed, purged = 0, tuple[RunState, ...]()
+        with progress("purging runs", quiet=as_json) as bar:
+            while True:
+                result = await services.runs.purge(age, chosen)
+                removed += result.removed
+                purged = result.states
+                bar.advance(result.removed)
+                if result.done:
+                    return removed, purged
+
+    removed, purged = run_services(where, purge)
+    if as_json:
+        render.print_json({"removed": removed, "states": [s.value for s in purged]})
+    else:
+        noun = "run" if removed == 1 else "runs"
+        click.echo(f"{removed} {noun} removed ({', '.join(s.value for s in purged)})")
 
 
 def _print_state(run_id: int, state: RunState, as_json: bool) -> None:

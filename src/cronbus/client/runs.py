@@ -1,5 +1,5 @@
 """``/v1/runs`` as the runs service's methods: list, get, show, children, cancel, retry,
-defer."""
+purge, defer."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Any
 from ..model import Run
 from ..services import DeferResult, RunDetail, RunQuery
 from ..services.pages import DEFAULT_LIMIT, Page
+from ..services.retention import PURGE_LIMIT, PurgeResult
+from ..states import RunState
 from .http import Transport, decode
 from .pages import page
 
@@ -65,6 +67,19 @@ class RemoteRuns:
     async def retry(self, run_id: int) -> Run:
         """Queue a dead or cancelled run again, with a fresh retry budget."""
         return decode(Run, await self._http.post(f"/v1/runs/{int(run_id)}/retry"))
+
+    async def purge(
+        self,
+        older_than: float | str,
+        states: Sequence[RunState | str] | None = None,
+        *,
+        limit: int = PURGE_LIMIT,
+    ) -> PurgeResult:
+        """Remove finished runs older than an age (admins only); call again until ``done``."""
+        body: dict[str, Any] = {"older_than": older_than, "limit": limit}
+        if states is not None:
+            body["states"] = [str(state) for state in states]
+        return decode(PurgeResult, await self._http.post("/v1/runs/purge", body))
 
     async def defer(
         self,

@@ -30,6 +30,7 @@ from ..validation import check_label, check_time, shorten
 from .context import ID_LIMIT, Context, check_id, naming
 from .pages import DEFAULT_LIMIT, Page, check_limit, decode_cursor, page_of
 from .redaction import Redactor
+from .retention import PURGE_LIMIT, PurgeResult, purge_runs
 from .views import DeferResult, RunDetail, RunQuery
 from .waiting import PENDING, Limits, explain
 
@@ -313,6 +314,19 @@ class RunsService:
             )
         await self._c.audit("runs.retry", run.id)
         return self._redact.run(await self._c.store.get_run(run.id))
+
+    async def purge(
+        self,
+        older_than: float | str,
+        states: Sequence[RunState | str] | None = None,
+        *,
+        limit: int = PURGE_LIMIT,
+    ) -> PurgeResult:
+        """Remove finished runs that ended ``older_than`` ago or earlier (seconds, or like
+        ``"1d"``, ``"12h"``; 0: all of them), of ``states`` (default every finished state), at
+        most ``limit``: call again while the result is not ``done``. Admins only; see
+        :mod:`.retention`."""
+        return await purge_runs(self._c, older_than, states, limit)
 
     async def defer(
         self,

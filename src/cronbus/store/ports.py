@@ -57,6 +57,7 @@ from .admin_ports import Admin
 from .alert_ports import AlertStore
 from .connector_ports import ConnectorStore
 from .lease_ports import RoleLeases, Snapshots
+from .retention_ports import RetentionStore
 
 RUNS_CHANNEL = "runs"
 """Wake-up channel: new or requeued runs may be claimable."""
@@ -543,6 +544,7 @@ class Store(
     RoleLeases,
     Snapshots,
     AlertStore,
+    RetentionStore,
     Protocol,
 ):
     """What every store backend provides: every role (the admin ones in :mod:`.admin_ports`)."""

@@ -1,5 +1,6 @@
 """``/v1/runs``: list with filters, show with attempts (their logs), children and why it waits,
-page through a fan-out parent's children, cancel, retry, and defer a new run of a task."""
+page through a fan-out parent's children, cancel, retry, purge finished runs (admin), and defer a
+new run of a task."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pydantic import ConfigDict
 from ...model import Run
 from ...observability.tracing import remote_parent
 from ...services import DeferResult, RunDetail, RunQuery
+from ...services.retention import PURGE_LIMIT, PurgeResult
 from ...states import RunState
 from ..auth import Caller
 from ..pagination import LIMIT_DEFAULT, Cursor, Limit, PageOut, page_body
@@ -109,6 +111,32 @@ async def defer(
     response.status_code = 201 if result.created else 200
     response.headers["Location"] = f"/v1/runs/{result.run.id}"
     return result
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PurgeRequest:
+    """Finished runs to remove: those that ended at least ``older_than`` ago."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
+
+    older_than: float | str
+    """Seconds, or like ``"30m"``, ``"12h"``, ``"1d"``; 0: every finished run."""
+    states: list[str] | None = None
+    """Finished states only (succeeded, cancelled, dead, skipped); default all of them."""
+    limit: int = PURGE_LIMIT
+    """Runs removed at most by this request: repeat it while the answer is not ``done``."""
+
+
+@runs.post(
+    "/runs/purge",
+    summary="Purge finished runs (admin)",
+    responses=responses(403, 422),
+)
+async def purge_runs(body: PurgeRequest, services: Caller) -> PurgeResult:
+    """Remove finished runs of the namespace (with their attempts and payloads) that ended at
+    least ``older_than`` ago, in short batches; runs that are not finished, parents of live
+    children and children of kept parents stay."""
+    return await services.runs.purge(body.older_than, body.states, limit=body.limit)
 
 
 @runs.get("/runs/{run_id}", summary="Show a run", responses=responses(404))

@@ -48,6 +48,7 @@ from .events import PostgresEvents
 from .jobs import PostgresJobs
 from .leases import PostgresLeases
 from .overview import PostgresOverview
+from .retention import PostgresRetention
 from .role_leases import PostgresRoleLeases
 from .routing import PostgresRouting
 from .runs import PostgresRuns
@@ -70,6 +71,7 @@ class PostgresStore(
     PostgresSubscriptions,
     PostgresConnectors,
     PostgresAdmin,
+    PostgresRetention,
     PostgresRoleLeases,
     PostgresAlerts,
 ):

@@ -25,6 +25,7 @@ from .files import MEMORY, read_versions
 from .jobs import SqliteJobs
 from .leases import SqliteLeases
 from .overview import SqliteOverview
+from .retention import SqliteRetention
 from .role_leases import SqliteRoleLeases
 from .runs import SqliteRuns
 from .subscriptions import SqliteSubscriptions
@@ -43,6 +44,7 @@ class SQLiteStore(
     SqliteSubscriptions,
     SqliteConnectors,
     SqliteAdmin,
+    SqliteRetention,
     SqliteRoleLeases,
     SqliteAlerts,
 ):

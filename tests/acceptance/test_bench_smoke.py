@@ -59,16 +59,16 @@ def _redis_answers() -> bool:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_peers_benchmark_runs_with_quick_sizes() -> None:
-    # cronbus on SQLite beside Huey and Dramatiq on the local Redis (not in run.py's default
-    # set). Skipped without Redis on a developer's machine; CI has Redis, so there it must run.
+    # cronbus on SQLite beside Huey on the local Redis (not in run.py's default set): the
+    # harness for every peer is the same, so one peer shows it works, at a third of the time. Skipped without Redis on a developer's machine; CI has Redis, so there it must run.
     if not _redis_answers() and not os.environ.get("CI"):
         pytest.skip("Redis does not answer at 127.0.0.1:6379 (CI would fail here)")
     tiny = ["--runs", "300", "--workers", "1", "--idle", "20", "--delayed", "10", "--waits", "10"]
-    done = _run(ROOT / "bench" / "peers.py", "--quick", "--only", "sqlite,huey,dramatiq", *tiny)
+    done = _run(ROOT / "bench" / "peers.py", "--quick", "--only", "sqlite,huey", *tiny)
     table = done.stdout[done.stdout.rindex("=== peers: every figure") :]
     for figure in ("processed runs/s", "batches of 1,000", "idle defer", "delayed", "wait()"):
         assert figure in table, f"no {figure!r} figure:\n{table}"
-    for system in ("cronbus SQLite", "Huey", "Dramatiq", "SQLite / best peer"):
+    for system in ("cronbus SQLite", "Huey", "SQLite / best peer"):
         assert system in table, f"no {system!r} column:\n{table}"
 
 

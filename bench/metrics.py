@@ -13,6 +13,10 @@
    overview's queries, the subscriptions and topics, the rendering); ``warm``: the figures are
    fresh (a scrape within 2 s of another, in this process or any other of the cluster): the
    rendering alone. Figures: the median and the worst of ``--scrapes`` scrapes, in ms.
+3. ``hotpath``: the CPU time (``time.process_time``, so other processes' load weighs less than on
+   wall-clock figures) of the metrics calls a worker makes per run: the start delay and the
+   duration observed, and its share of a batch of 16 recorded outcomes and of the batch's
+   store transaction. Times this figure by a worker process's runs/s for the share of a core.
 
 Example: ``.venv/bin/python bench/metrics.py --repeat 3``
 """
@@ -24,6 +28,7 @@ import asyncio
 import os
 import statistics
 import time
+import timeit
 from typing import Any
 
 import aiohttp
@@ -41,10 +46,12 @@ from _common import (
     report,
 )
 from cronbus import App
-from cronbus.model import NewRun
+from cronbus.model import ClaimedRun, NewRun, Outcome
 from cronbus.observability.exposition import MetricsServer, listen_metrics
 from cronbus.observability.figures import Figures
+from cronbus.observability.metrics import Metrics
 from cronbus.services.stats import CACHE
+from cronbus.states import AttemptOutcome
 
 BENCH = "metrics"
 COST_TARGET = 5.0
@@ -176,13 +183,40 @@ def measure_scrape(args: argparse.Namespace, stores: Stores) -> list[Figure]:
     return figures
 
 
+def measure_hotpath(batch: int = 16, loops: int = 200_000) -> list[Figure]:
+    """CPU microseconds of the metrics calls per run (see the module's docstring)."""
+    metrics = Metrics()
+    claimed = ClaimedRun(
+        run_id=1, attempt_id=1, attempt=1, number=1, fence=1, task="bench.noop", queue="q",
+        args_json="[]", kwargs_json="{}", max_attempts=1, timeout=None, eta=0.0,
+    )  # fmt: skip
+    outcome = Outcome(run_id=1, attempt_id=1, outcome=AttemptOutcome.SUCCEEDED)
+    ended, done = [(claimed, outcome)] * batch, [True] * batch
+
+    def per_run() -> None:
+        metrics.run_started("q", 0.002)
+        metrics.attempt_ended("bench.noop", "q", 0.0004)
+
+    def per_batch() -> None:
+        metrics.runs_recorded(ended, done)
+        metrics.transaction("complete_and_claim", 0.001)
+
+    runs = timeit.Timer(per_run, timer=time.process_time).repeat(5, loops)
+    batches = timeit.Timer(per_batch, timer=time.process_time).repeat(5, loops // batch)
+    micros = (min(runs) / loops + min(batches) / (loops // batch) / batch) * 1e6
+    settings = {"batch": batch, "loops": loops, "timer": "process_time, best of 5"}
+    return [report(Figure(BENCH, "metrics calls per run", micros, "us CPU", settings, False))]
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line options."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_common_arguments(parser)
-    parser.add_argument("--only", choices=("throughput", "scrape"), help="one measurement")
+    parser.add_argument(
+        "--only", choices=("throughput", "scrape", "hotpath"), help="one measurement"
+    )
     parser.add_argument("--runs", type=int, default=20_000, help="runs per throughput measure")
     parser.add_argument("--processes", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--concurrency", type=int, default=16, help="each worker's slots")
@@ -205,6 +239,9 @@ def main(argv: list[str] | None = None, *, environment: bool = True) -> list[Fig
         if args.only in (None, "scrape"):
             heading("metrics: one scrape of /metrics")
             figures += measure_scrape(args, stores)
+        if args.only in (None, "hotpath"):
+            heading("metrics: the calls a worker makes per run")
+            figures += measure_hotpath()
     return figures
 
 

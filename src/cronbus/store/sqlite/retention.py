@@ -18,11 +18,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from ...errors import StoreError
 from ...events.states import DeliveryState
 from ...states import TERMINAL, RunState, sql_in
 from ..retention_ports import FinishedRun, Purged
 from . import retention_sql as q
-from .connection import Connected
+from .connection import Connected, Database
+from .files import MEMORY
 
 T = TypeVar("T")
 log = logging.getLogger("cronbus.store")
@@ -123,6 +125,30 @@ def enable_incremental_vacuum(conn: sqlite3.Connection) -> bool:
     conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     conn.execute("VACUUM")
     return True
+
+
+async def convert_to_incremental(database: Database) -> None:
+    """``cronbus migrate``'s last step on SQLite: convert a file made before 0013 (see
+    :func:`enable_incremental_vacuum`). A file in use (busy) is left as it is, with a warning:
+    its freed pages are still reused, it only does not shrink."""
+    if database.path == MEMORY:
+        return
+    try:
+        converted = await database.call(enable_incremental_vacuum, database.conn)
+    except StoreError as exc:
+        log.warning(
+            "%s: not converted to incremental vacuum (%s); run `cronbus migrate` again while "
+            "no process uses the store to let retention shrink the file",
+            database.path,
+            exc,
+        )
+        return
+    if converted:
+        log.warning(
+            "%s: converted to incremental vacuum (one VACUUM): retention now gives freed "
+            "pages back to the file system",
+            database.path,
+        )
 
 
 class SqliteRetention(Connected):

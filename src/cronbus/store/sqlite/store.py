@@ -25,7 +25,7 @@ from .files import MEMORY, read_versions
 from .jobs import SqliteJobs
 from .leases import SqliteLeases
 from .overview import SqliteOverview
-from .retention import SqliteRetention
+from .retention import SqliteRetention, convert_to_incremental
 from .role_leases import SqliteRoleLeases
 from .runs import SqliteRuns
 from .subscriptions import SqliteSubscriptions
@@ -138,6 +138,8 @@ class SQLiteStore(
         await database.open()
         try:
             assert database.migrated is not None
+            # Retention (0013): an older file gives freed pages back only once converted.
+            await convert_to_incremental(database)
             return database.migrated
         finally:
             await database.close()

@@ -28,7 +28,7 @@ import functools
 import json
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 if TYPE_CHECKING:
     from ..events.records import Delivery
@@ -77,6 +77,7 @@ class _Otel:
         # A ProxyTracer until a provider is set; it follows the provider set later.
         self.tracer = trace.get_tracer(TRACER_NAME, __version__)
         self.kinds = trace.SpanKind
+        self.silent = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 def enabled() -> bool:
@@ -90,6 +91,12 @@ def enabled() -> bool:
         else:
             ENABLED = True
     return ENABLED
+
+
+def _recording() -> bool:
+    """Whether a tracer provider is set (spans are recorded): without one, the attempt and
+    delivery hooks skip making spans nobody keeps."""
+    return not isinstance(_otel.trace.get_tracer_provider(), _otel.silent)
 
 
 # -- carrying a context ------------------------------------------------------------------------
@@ -146,7 +153,7 @@ def remote_parent(traceparent: str | None, tracestate: str | None = None) -> Ite
 def carry(fn: Callable[[], T]) -> Callable[[], T]:
     """``fn`` bound to the current context, to run in another thread (a thread task sees its
     attempt's span as current); ``fn`` itself without the extra."""
-    if not enabled():
+    if not enabled() or not _recording():
         return fn
     ctx = _otel.context.get_current()
 
@@ -161,13 +168,34 @@ def carry(fn: Callable[[], T]) -> Callable[[], T]:
 
 
 # -- attempts ------------------------------------------------------------------------------------
-class AttemptSpan:
-    """The span of one attempt; :meth:`ended` records how it ended."""
+class _Scope:
+    """A span made current for a block and ended after it; a shared no-op without a span.
 
-    __slots__ = ("span",)
+    A class, not a generator context manager: the no-op path of every attempt and push stays
+    one attribute test (a generator costs a frame and several calls each time)."""
 
-    def __init__(self, span: Any) -> None:
+    __slots__ = ("_use", "span")
+
+    def __init__(self, span: Any = None) -> None:
         self.span = span
+        self._use: Any = None if span is None else _otel.trace.use_span(span, end_on_exit=True)
+
+    def __enter__(self) -> Self:
+        if self._use is not None:
+            self._use.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._use is not None:
+            # use_span records an escaping exception (a worker bug: the executor turns the
+            # task's exceptions into outcomes) and ends the span.
+            self._use.__exit__(*exc)
+
+
+class AttemptSpan(_Scope):
+    """The span of one attempt (a context manager); :meth:`ended` records how it ended."""
+
+    __slots__ = ()
 
     def ended(self, outcome: Outcome | None) -> None:
         """Record the attempt's outcome (None: the lease was lost, the outcome is not ours)."""
@@ -197,16 +225,14 @@ class AttemptSpan:
         self.span.set_status(status)
 
 
-_NO_ATTEMPT = AttemptSpan(None)
+_NO_ATTEMPT = AttemptSpan()
 
 
-@contextmanager
-def attempt(claimed: ClaimedRun) -> Iterator[AttemptSpan]:
-    """The span of one attempt, current for the block: a child of the context stored at defer
-    (``claimed.trace``), or a new root."""
-    if not enabled():
-        yield _NO_ATTEMPT
-        return
+def attempt(claimed: ClaimedRun) -> AttemptSpan:
+    """The span of one attempt, current for the ``with`` block: a child of the context stored
+    at defer (``claimed.trace``), or a new root."""
+    if not enabled() or not _recording():
+        return _NO_ATTEMPT
     attributes = {
         "messaging.system": "cronbus",
         "messaging.operation.type": "process",
@@ -217,25 +243,21 @@ def attempt(claimed: ClaimedRun) -> Iterator[AttemptSpan]:
         "cronbus.task": claimed.task,
         "cronbus.queue": claimed.queue,
     }
-    with _otel.tracer.start_as_current_span(
+    span = _otel.tracer.start_span(
         f"run {claimed.task}",
         context=_parent(claimed.trace),
         kind=_otel.kinds.CONSUMER,
         attributes=attributes,
-        # The executor turns exceptions into outcomes; one escaping is a worker bug, recorded
-        # as such by the span's default handling.
-    ) as span:
-        yield AttemptSpan(span)
+    )
+    return AttemptSpan(span)
 
 
 # -- deliveries ----------------------------------------------------------------------------------
-class DeliverySpan:
-    """The span of one push of a delivery; :meth:`ended` records the answer."""
+class DeliverySpan(_Scope):
+    """The span of one push of a delivery (a context manager); :meth:`ended` records the
+    answer."""
 
-    __slots__ = ("span",)
-
-    def __init__(self, span: Any) -> None:
-        self.span = span
+    __slots__ = ()
 
     def ended(self, ok: bool, status: int | None, error: str | None) -> None:
         """Record the push's answer: acknowledged or not, the HTTP status, the error."""
@@ -250,18 +272,16 @@ class DeliverySpan:
             )
 
 
-_NO_DELIVERY = DeliverySpan(None)
+_NO_DELIVERY = DeliverySpan()
 
 
-@contextmanager
 def delivery(
     subscription: str, target: str, item: Delivery, published: str | None = None
-) -> Iterator[DeliverySpan]:
-    """The span of one push, current for the block: a child of the publisher's context
-    (``published``, as :func:`capture` stored it), or a new root."""
-    if not enabled():
-        yield _NO_DELIVERY
-        return
+) -> DeliverySpan:
+    """The span of one push, current for the ``with`` block: a child of the publisher's
+    context (``published``, as :func:`capture` stored it), or a new root."""
+    if not enabled() or not _recording():
+        return _NO_DELIVERY
     attributes = {
         "messaging.system": "cronbus",
         "messaging.operation.type": "send",
@@ -272,10 +292,10 @@ def delivery(
         "cronbus.delivery.attempt": item.attempts + 1,
         "cronbus.event.id": item.event_id,
     }
-    with _otel.tracer.start_as_current_span(
+    span = _otel.tracer.start_span(
         f"deliver {subscription}",
         context=_parent(published),
         kind=_otel.kinds.PRODUCER,
         attributes=attributes,
-    ) as span:
-        yield DeliverySpan(span)
+    )
+    return DeliverySpan(span)

@@ -25,7 +25,6 @@ from .files import MEMORY, read_versions
 from .jobs import SqliteJobs
 from .leases import SqliteLeases
 from .overview import SqliteOverview
-from .retention import SqliteRetention
 from .retention import SqliteRetention, convert_to_incremental
 from .role_leases import SqliteRoleLeases
 from .runs import SqliteRuns

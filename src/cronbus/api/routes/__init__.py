@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from .alerts import alerts
 from .connectors import connectors
 from .dead_letters import dead_letters
 from .health import router as health
@@ -30,6 +31,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     operations,
     stats,
     audit,
+    alerts,
     tokens,
     namespaces,
 )

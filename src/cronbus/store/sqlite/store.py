@@ -26,8 +26,6 @@ from .jobs import SqliteJobs
 from .leases import SqliteLeases
 from .overview import SqliteOverview
 from .retention import SqliteRetention, convert_to_incremental
-from .retention import SqliteRetention
-from .retention import SqliteRetention, convert_to_incremental
 from .role_leases import SqliteRoleLeases
 from .runs import SqliteRuns
 from .subscriptions import SqliteSubscriptions

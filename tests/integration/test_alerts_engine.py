@@ -44,7 +44,7 @@ async def history(rig: Rig) -> list[tuple[HistoryKind, str | None]]:
     return [(e.kind, e.detail) for e in reversed(page.items)]
 
 
-async def until(check: Any, timeout: float = 10.0, tick: Any = None) -> None:
+async def until(check: Any, timeout: float = 30.0, tick: Any = None) -> None:
     """Poll ``check`` (calling ``tick`` between polls) until it holds, failing after
     ``timeout`` seconds."""
     deadline = asyncio.get_running_loop().time() + timeout

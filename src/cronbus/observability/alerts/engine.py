@@ -239,7 +239,10 @@ class AlertEngine:
         for destination, error in zip(owed, errors, strict=True):
             if error is not None:
                 still.append(destination.key)
-                log.warning(
+                # Warned once per notice: a destination that stays down is retried every
+                # evaluation, and the history keeps its first failure.
+                log.log(
+                    logging.WARNING if first else logging.DEBUG,
                     "alert %s (%s): %s failed: %s",
                     rule.name,
                     state.subject,

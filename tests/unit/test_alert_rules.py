@@ -299,3 +299,34 @@ def test_listings_mask_secrets() -> None:
     shown = str(r.public())
     for secret in ("abc", "SECRET", "hunter2", "whsec_", "u:p"):
         assert secret not in shown
+
+
+# -- settings ------------------------------------------------------------------------------
+def test_settings_come_from_the_environment_and_bad_ones_are_named() -> None:
+    from cronbus.errors import ConfigurationError
+    from cronbus.observability.alerts.settings import AlertSettings
+
+    env = {
+        "CRONBUS_ALERT_SECONDS": "2.5",
+        "CRONBUS_SMTP_HOST": "mail.internal",
+        "CRONBUS_SMTP_PORT": "2525",
+        "CRONBUS_SMTP_STARTTLS": "yes",
+        "CRONBUS_SMTP_PASSWORD": "hunter2",
+        "CRONBUS_SMTP_FROM": "",
+    }
+    settings = AlertSettings.load(env)
+    assert settings.alert_seconds == 2.5
+    assert (settings.smtp_host, settings.smtp_port, settings.smtp_starttls) == (
+        "mail.internal",
+        2525,
+        True,
+    )
+    assert settings.smtp_from == "cronbus@localhost"  # empty: the default
+    assert "hunter2" not in repr(settings)
+    for variable, value in (
+        ("CRONBUS_ALERT_SECONDS", "0"),
+        ("CRONBUS_SMTP_PORT", "smtp"),
+        ("CRONBUS_SMTP_STARTTLS", "maybe"),
+    ):
+        with pytest.raises(ConfigurationError, match=variable):
+            AlertSettings.load({variable: value})

@@ -59,11 +59,10 @@ def finished_runs(
 
 def purge_runs(conn: sqlite3.Connection, runs: Sequence[FinishedRun]) -> int:
     """Delete the runs still due among ``runs``, with what hangs off them."""
-    due = []
-    for run in runs:
-        # Bound parameters keep finished_at exact (a float through JSON might not round trip).
-        if conn.execute(q.STILL_DUE, (run.id, run.finished_at)).fetchone() is not None:
-            due.append(run.id)
+    read = {run.id: run.finished_at for run in runs}
+    found = conn.execute(q.STILL_DUE, (json.dumps(list(read)),)).fetchall()
+    # Ended again since it was read (a requeued dead run that ran again): not due now.
+    due = [run_id for run_id, finished_at in found if read[run_id] == finished_at]
     if due:
         ids = json.dumps(due)
         for sql in q.DELETE_RUNS:

@@ -28,10 +28,11 @@ WHERE r.namespace = :namespace AND r.finished_at IS NOT NULL
 ORDER BY r.finished_at, r.id LIMIT :limit
 """
 
-# The deleting transaction's check of one run: still finished at the time read, not held.
+# The deleting transaction's check of a batch: still finished, not held, with the time each
+# ended (compared with the time read in Python: both are the same stored doubles).
 STILL_DUE = f"""
-SELECT r.id FROM runs r
-WHERE r.id = ? AND r.finished_at = ? AND r.state IN {_TERMINAL} AND NOT {_HELD}
+SELECT r.id, r.finished_at FROM runs r
+WHERE r.id IN (SELECT value FROM json_each(?)) AND r.state IN {_TERMINAL} AND NOT {_HELD}
 """
 _IDS = "(SELECT value FROM json_each(?))"
 DELETE_RUNS = (

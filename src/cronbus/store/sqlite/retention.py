@@ -100,6 +100,15 @@ def purge_events(
     return len(doomed), (rows[-1][0] if len(rows) == limit else None)
 
 
+KEPT_FREE = 64
+"""Free pages left in the file rather than vacuumed by a transaction of their own."""
+
+
+def _free_pages(conn: sqlite3.Connection) -> tuple[int]:
+    (free,) = conn.execute("PRAGMA freelist_count").fetchone()
+    return (int(free),)
+
+
 def reclaim_space(conn: sqlite3.Connection, pages: int) -> int:
     """Free pages given back to the file system (none unless the file is incremental)."""
     (mode,) = conn.execute("PRAGMA auto_vacuum").fetchone()
@@ -189,7 +198,12 @@ class SqliteRetention(Connected):
         return Purged(removed=removed, seconds=seconds, last=last)
 
     async def reclaim_space(self, pages: int) -> Purged:
-        """Hand at most ``pages`` free pages back to the file system."""
+        """Hand at most ``pages`` free pages back to the file system, once there are a few
+        (a read first, without the write lock: most batches free fewer pages than
+        :data:`KEPT_FREE`, which later inserts reuse anyway)."""
+        (free,) = await self._call(_free_pages, self._db, inline="read")
+        if free < min(pages, KEPT_FREE):
+            return Purged(removed=0, seconds=0.0)
         return await self._timed(reclaim_space, pages)
 
     async def _timed(self, fn: Callable[..., int], *args: object) -> Purged:

@@ -13,7 +13,12 @@
    overview's queries, the subscriptions and topics, the rendering); ``warm``: the figures are
    fresh (a scrape within 2 s of another, in this process or any other of the cluster): the
    rendering alone. Figures: the median and the worst of ``--scrapes`` scrapes, in ms.
-3. ``hotpath``: the CPU time (``time.process_time``, so other processes' load weighs less than on
+3. ``cpu``: the same no-op runs executed by a worker in this process (``App(metrics=True)`` or
+   ``App(metrics=False)``, alternated), and the process's CPU time per run (every thread: the
+   event loop, the task threads, SQLite's) from the release of the worker to the last run's
+   end. CPU time, unlike runs/s, hardly moves when other processes load the machine, so this is
+   the figure to trust there; the cost is (on - off) / off of the medians.
+4. ``hotpath``: the CPU time (``time.process_time``, so other processes' load weighs less than on
    wall-clock figures) of the metrics calls a worker makes per run: the start delay and the
    duration observed, and its share of a batch of 16 recorded outcomes and of the batch's
    store transaction. Times this figure by a worker process's runs/s for the share of a core.
@@ -45,13 +50,13 @@ from _common import (
     print_table,
     report,
 )
-from cronbus import App
+from cronbus import App, Worker
 from cronbus.model import ClaimedRun, NewRun, Outcome
 from cronbus.observability.exposition import MetricsServer, listen_metrics
 from cronbus.observability.figures import Figures
 from cronbus.observability.metrics import Metrics
 from cronbus.services.stats import CACHE
-from cronbus.states import AttemptOutcome
+from cronbus.states import AttemptOutcome, RunState
 
 BENCH = "metrics"
 COST_TARGET = 5.0
@@ -183,6 +188,57 @@ def measure_scrape(args: argparse.Namespace, stores: Stores) -> list[Figure]:
     return figures
 
 
+async def _cpu_per_run(url: str, metrics: bool, runs: int, concurrency: int) -> float:
+    """CPU microseconds per run of an in-process worker executing ``runs`` sync no-ops."""
+    app = App(store=url, metrics=metrics)
+    noop = app.task(name="bench.noop")(lambda: None)
+    async with app:
+        queue = f"cpu-{'on' if metrics else 'off'}-{time.monotonic_ns()}"
+        await _defer_noops(app, queue, runs)
+        worker = Worker(app, queues=queue, concurrency=concurrency)
+        start = time.process_time()
+        running = asyncio.create_task(worker.run())
+        deadline = time.monotonic() + 600.0
+        while time.monotonic() < deadline:  # polled like throughput.py: the store says when
+            if (await app.store.count_runs()).get(RunState.SUCCEEDED, 0) >= runs:
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise TimeoutError(f"{runs} runs did not all succeed within 600 s")
+        spent = time.process_time() - start
+        worker.request_stop()
+        await running
+        del noop
+    return spent / runs * 1e6
+
+
+async def _defer_noops(app: App, queue: str, runs: int) -> None:
+    now = app.clock.now()
+    news = [NewRun(task="bench.noop", queue=queue, eta=now) for _ in range(runs)]
+    for start in range(0, runs, 5000):
+        await app.store.defer(news[start : start + 5000], now)
+
+
+def measure_cpu(args: argparse.Namespace, stores: Stores) -> list[Figure]:
+    """CPU time per run with metrics on and off (see the module's docstring)."""
+    micros: dict[str, list[float]] = {"on": [], "off": []}
+    for rep in range(1, args.repeat + 1):
+        for mode in ("on", "off") if rep % 2 else ("off", "on"):
+            url = stores.fresh(f"cpu-{mode}")
+            got = asyncio.run(_cpu_per_run(url, mode == "on", args.runs, args.concurrency))
+            micros[mode].append(got)
+            print(f"  repetition {rep}, metrics {mode}: {got:.0f} us CPU per run", flush=True)
+    on, off = statistics.median(micros["on"]), statistics.median(micros["off"])
+    settings = {"runs": args.runs, "concurrency": args.concurrency, "repetitions": args.repeat}
+    return [
+        report(Figure(BENCH, "CPU per run, metrics on", on, "us", settings, False)),
+        report(Figure(BENCH, "CPU per run, metrics off", off, "us", settings, False)),
+        report(
+            Figure(BENCH, "CPU cost of metrics", 100 * (on - off) / off, "%", settings, False, 5.0)
+        ),
+    ]
+
+
 def measure_hotpath(batch: int = 16, loops: int = 200_000) -> list[Figure]:
     """CPU microseconds of the metrics calls per run (see the module's docstring)."""
     metrics = Metrics()
@@ -215,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_common_arguments(parser)
     parser.add_argument(
-        "--only", choices=("throughput", "scrape", "hotpath"), help="one measurement"
+        "--only", choices=("throughput", "cpu", "scrape", "hotpath"), help="one measurement"
     )
     parser.add_argument("--runs", type=int, default=20_000, help="runs per throughput measure")
     parser.add_argument("--processes", type=int, default=2, help="worker processes (default 2)")
@@ -236,6 +292,9 @@ def main(argv: list[str] | None = None, *, environment: bool = True) -> list[Fig
         if args.only in (None, "throughput"):
             heading("metrics: throughput with metrics on and off")
             figures += measure_throughput(args, stores)
+        if args.only in (None, "cpu"):
+            heading("metrics: CPU time per run, in process, with metrics on and off")
+            figures += measure_cpu(args, stores)
         if args.only in (None, "scrape"):
             heading("metrics: one scrape of /metrics")
             figures += measure_scrape(args, stores)

@@ -7,11 +7,13 @@ from typing import Any
 
 import pytest
 
+from cronbus.client import RemoteServices
 from cronbus.errors import ForbiddenError, InvalidArgumentError
 from cronbus.model import ClaimRequest, Outcome, QueueShare
 from cronbus.services import Services
 from cronbus.services.access import Access, Scope
 from cronbus.states import AttemptOutcome
+from cronbus.states import RunState as S
 from integration.test_api_support import Api, api, problem
 
 __all__ = ["api"]
@@ -99,3 +101,17 @@ async def test_the_python_services_refuse_the_same(api: Api) -> None:
     with pytest.raises(ForbiddenError):
         await writer.runs.purge(0)
     assert (await services.runs.purge("1h")).removed == 0
+
+
+async def test_the_client_purges_through_the_server_as_the_cli_does(api: Api) -> None:
+    await finished_runs(api, 3)
+    async with RemoteServices(api.url, await api.token()) as remote:
+        first = await remote.runs.purge("0s", ["succeeded"], limit=2)
+        assert (first.removed, first.done, first.states) == (2, False, (S.SUCCEEDED,))
+        rest = await remote.runs.purge(0)
+        assert (rest.removed, rest.done) == (1, True)
+        with pytest.raises(InvalidArgumentError, match="not finished"):
+            await remote.runs.purge(0, ["running"])
+    async with RemoteServices(api.url, await api.token("write")) as writer:
+        with pytest.raises(ForbiddenError):
+            await writer.runs.purge(0)

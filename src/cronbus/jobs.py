@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from typing import TYPE_CHECKING, Any
@@ -188,12 +188,13 @@ class Jobs:
                 return jobs
             cursor = page.next
 
-    async def sync(self) -> SyncReport:
+    async def sync(self, progress: Callable[[int, int], object] | None = None) -> SyncReport:
         """Make the store's code-defined jobs match the app's: add new ones, update changed
         ones, and disable (never delete) those no longer in the code.
 
         Only the app's namespace is synced: apps of other namespaces, sharing the store, keep
-        their code jobs whatever this app's code holds."""
+        their code jobs whatever this app's code holds. ``progress`` is told ``(written,
+        to write)`` once the changes are known and after each batch (``cronbus jobs sync``)."""
         store, now = self._app.store, self._app.clock.now()
         existing = {job.name: job for job in await store.list_jobs(namespace=self._app.namespace)}
         calendars = await store.get_calendars()
@@ -208,14 +209,18 @@ class Jobs:
             keep_at = old.next_fire_at if keep and old is not None else None
             puts.append((spec, _following(spec, keep_at, calendars, now)))
             (updated if old is not None else added).append(spec.name)
-        for start in range(0, len(puts), _SYNC_BATCH):
-            await store.put_jobs(puts[start : start + _SYNC_BATCH], now)
         gone = [
             name
             for name, job in existing.items()
             if job.spec.source == "code" and name not in self._app.code_jobs and job.enabled
         ]
+        tell = progress or _ignore
+        tell(0, len(puts) + len(gone))
+        for start in range(0, len(puts), _SYNC_BATCH):
+            await store.put_jobs(puts[start : start + _SYNC_BATCH], now)
+            tell(min(start + _SYNC_BATCH, len(puts)), len(puts) + len(gone))
         disabled = await store.disable_jobs(gone, now) if gone else []
+        tell(len(puts) + len(gone), len(puts) + len(gone))
         for name in disabled:
             log.warning(
                 "job %s is no longer in the code: disabled, not deleted "
@@ -273,6 +278,10 @@ class SyncReport:
     added: list[str]
     updated: list[str]
     disabled: list[str]
+
+
+def _ignore(done: int, total: int) -> None:
+    """The progress of a sync that shows none (a scheduler's)."""
 
 
 def _options(values: Mapping[str, Any]) -> JobOptions:

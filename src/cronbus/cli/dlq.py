@@ -230,16 +230,21 @@ def _handle(
 
     async def act(services: AnyServices) -> DeadLetterResult:
         dead = services.dead_letters
-        method = dead.requeue if verb == "requeue" else dead.purge
-        return await method(
-            run_ids,
-            delivery_ids,
-            all_runs=every,
-            all_deliveries=all_deliveries,
-            subscription=subscription,
-        )
+        options: dict[str, Any] = {
+            "all_runs": every,
+            "all_deliveries": all_deliveries,
+            "subscription": subscription,
+        }
+        if verb == "requeue":
+            return await dead.requeue(run_ids, delivery_ids, progress=bar.advance, **options)
+        return await dead.purge(run_ids, delivery_ids, **options)
 
-    result = run_services(where, act)
+    from .progress import progress  # Rich's bars: only for the commands that draw one
+
+    # Named ids give the bar its length; --all counts as it goes.
+    label = "requeueing dead letters" if verb == "requeue" else "purging dead letters"
+    with progress(label, total=len(ids) or None, quiet=as_json) as bar:
+        result = run_services(where, act)
     done = result.deliveries if deliveries else result.runs
     past = "requeued" if verb == "requeue" else "purged"
     if as_json:

@@ -1,4 +1,5 @@
-"""The `cronbus jobs` commands: list, show, next, add, update, pause, resume, remove, trigger.
+"""The `cronbus jobs` commands: list, show, next, add, update, pause, resume, remove, trigger,
+sync.
 
 A job's state, as these commands show it, is one word: ``active`` (it will fire), ``paused``,
 ``disabled`` (gone from the app's code: kept, never fired, until removed), ``waiting`` (an
@@ -30,7 +31,7 @@ from . import render
 from .connect import AnyServices, Where, collect, run_services, where_options
 from .jobs_options import TRIGGERS, definition_options, job_options
 from .jobs_render import job_fields, job_json, print_jobs, state_text
-from .loading import CliError, CronbusGroup
+from .loading import CliError, CronbusGroup, app_options, resolve_app, run_with_app
 
 FC = TypeVar("FC", bound=Callable[..., Any])
 _TRIGGER_OPTIONS = (*TRIGGERS, "tz", "start", "end", "jitter")
@@ -263,3 +264,41 @@ def trigger_job(name: str, where: Where, as_json: bool) -> None:
         render.print_json({"id": run.id, "job": name, "created": True})
     else:
         click.echo(f"run {run.id} created for job {name}")
+
+
+@jobs.command("sync")
+@app_options(app_required=True)
+@_json_option
+def sync_jobs(app_spec: str, store_url: str | None, as_json: bool) -> None:
+    """Write the app's code jobs to the store, as a scheduler does when it starts: add new
+    ones, update changed ones, disable (never delete) those gone from the code.
+
+    Only the app's namespace is synced. Prints what changed; a bar shows the progress of a
+    long sync on a terminal.
+    """
+    from .progress import progress, steps  # Rich's bars: only for the commands that draw one
+
+    app = resolve_app(app_spec, store_url)
+    with progress("syncing jobs", quiet=as_json) as bar:
+        # A sync adds jobs, so it may create the store, as a scheduler's start does.
+        report = run_with_app(app, lambda opened: opened.jobs.sync(steps(bar)), create=True)
+    if as_json:
+        render.print_json(
+            {"added": report.added, "updated": report.updated, "disabled": report.disabled}
+        )
+        return
+    for word, names in (
+        ("added", report.added),
+        ("updated", report.updated),
+        ("disabled (gone from the code)", report.disabled),
+    ):
+        if names:
+            click.echo(f"{word}: {len(names)} job{'' if len(names) == 1 else 's'} ({_few(names)})")
+    if not (report.added or report.updated or report.disabled):
+        click.echo("jobs up to date: nothing to change")
+
+
+def _few(names: list[str], most: int = 10) -> str:
+    """Up to ``most`` names, and how many more there are."""
+    shown = ", ".join(names[:most])
+    return shown if len(names) <= most else f"{shown} and {len(names) - most} more"

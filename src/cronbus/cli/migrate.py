@@ -17,6 +17,7 @@ from ..store import open_store
 from ..store.migrations import Migrated, Migrator, SchemaVersions, newer_error
 from . import render
 from .loading import CliError, app_options, resolve_app
+from .progress import progress, steps
 
 PENDING_EXIT = 2
 """``--check``'s exit status when migrations are pending (1 stays for errors)."""
@@ -47,7 +48,9 @@ def migrate(check: bool, app_spec: str | None, store_url: str | None, as_json: b
         if versions.pending:
             raise click.exceptions.Exit(PENDING_EXIT)
     else:
-        _show_migrated(asyncio.run(store.migrate()), as_json)
+        with progress("migrating", quiet=as_json) as bar:
+            migrated = asyncio.run(store.migrate(steps(bar)))
+        _show_migrated(migrated, as_json)
 
 
 def _show_check(versions: SchemaVersions, as_json: bool) -> None:

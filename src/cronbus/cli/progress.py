@@ -13,7 +13,7 @@ A bar is drawn on stderr, and only when stderr is a terminal and the command was
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -29,7 +29,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-__all__ = ["Bar", "progress"]
+__all__ = ["Bar", "progress", "steps"]
 
 
 class Bar(Protocol):
@@ -66,6 +66,20 @@ class _Drawn:
     def total(self, total: int | None) -> None:
         """Set the total the bar is measured against."""
         self._progress.update(self._task, total=total)
+
+
+def steps(bar: Bar) -> Callable[[int, int], None]:
+    """A ``(done, total)`` feed for ``bar``, for work that reports where it stands rather than
+    what it just did (``cronbus migrate``); safe from another thread (Rich locks its tasks)."""
+    seen = 0
+
+    def step(done: int, total: int) -> None:
+        nonlocal seen
+        bar.total(total)
+        bar.advance(done - seen)
+        seen = done
+
+    return step
 
 
 def shown(quiet: bool = False) -> bool:

@@ -192,7 +192,12 @@ def replay(name: str, start: tuple[str, float], where: Where, as_json: bool) -> 
             return await services.subscriptions.replay(name, offset=int(value))
         return await services.subscriptions.replay(name, since=value)
 
-    done = run_services(where, move)
+    from .progress import progress  # Rich's bars: only for the commands that draw one
+
+    # One move of the cursor (a search by time on a long topic): a spinner while it runs.
+    with progress("replaying", total=1, quiet=as_json) as bar:
+        done = run_services(where, move)
+        bar.advance()
     if as_json:
         render.print_json(
             {

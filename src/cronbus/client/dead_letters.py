@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..services.pages import DEFAULT_LIMIT, Page
 from ..services.views import DeadLetter, DeadLetterResult
@@ -45,10 +45,15 @@ class RemoteDeadLetters:
         all_runs: bool = False,
         all_deliveries: bool = False,
         subscription: str | None = None,
+        progress: Callable[[int], object] | None = None,
     ) -> DeadLetterResult:
-        """Push dead letters again with a fresh attempt budget."""
+        """Push dead letters again with a fresh attempt budget; one request, so ``progress``
+        is told the count once, when the server answers."""
         body = _action(run_ids, delivery_ids, all_runs, all_deliveries, subscription)
-        return decode(DeadLetterResult, await self._http.post("/v1/dead-letters/requeue", body))
+        result = decode(DeadLetterResult, await self._http.post("/v1/dead-letters/requeue", body))
+        if progress is not None:
+            progress(result.count)
+        return result
 
     async def purge(
         self,

@@ -33,6 +33,12 @@ KINDS = ("runs", "deliveries")
 """The kinds of dead letters, as ``list`` takes them."""
 _PLURAL = {"run": "runs", "delivery": "deliveries"}
 _Act = Callable[[Sequence[int]], Awaitable[list[int]]]
+Progress = Callable[[int], object]
+"""Told how many dead letters each batch handled (``cronbus dlq requeue``'s bar)."""
+
+
+def _ignore(done: int) -> None:
+    """The progress of a caller that shows none."""
 
 
 def check_ids(ids: Iterable[object], field: str) -> builtins.list[int]:
@@ -130,31 +136,37 @@ class DeadLettersService:
         all_runs: bool = False,
         all_deliveries: bool = False,
         subscription: str | None = None,
+        progress: Progress | None = None,
     ) -> DeadLetterResult:
         """Push dead letters again with a fresh attempt budget: the runs and deliveries named,
         or every dead run (``all_runs``) or dead delivery (``all_deliveries``, of
         ``subscription`` if given) of the namespace. Named ids that are unknown, of another
-        namespace or not dead are refused, with why, after the others are requeued."""
+        namespace or not dead are refused, with why, after the others are requeued.
+
+        Runs go a batch at a time (each its own transaction: a run's requeue stands alone), and
+        ``progress`` is told how many each batch requeued; each subscription's dead deliveries
+        go in one statement (the store has no keyset over them to walk)."""
         self._c.write()
         runs, deliveries = self._chosen(
             run_ids, delivery_ids, all_runs, all_deliveries, subscription
         )
+        tell = progress or _ignore
         now = self._c.now()
         result = DeadLetterResult()
         if all_runs:
-            result.runs.extend(await self._every_dead_run(lambda ids: self._requeue_runs(ids)))
+            result.runs.extend(await self._every_dead_run(self._requeue_runs, tell))
         elif runs:
             dead, refused = await self._dead_runs(runs)
-            result.runs.extend(await self._c.store.requeue(dead, now) if dead else [])
+            result.runs.extend(await _in_batches(dead, self._requeue_runs, tell))
             result.refused.extend(refused)
         if all_deliveries:
             for name in await self._subscriptions(subscription):
-                result.deliveries.extend(
-                    await self._c.store.requeue_deliveries(None, now, subscription=name)
-                )
+                done = await self._c.store.requeue_deliveries(None, now, subscription=name)
+                result.deliveries.extend(done)
+                tell(len(done))
         elif deliveries:
             dead, refused = await self._dead_deliveries_named(deliveries)
-            done = await self._c.store.requeue_deliveries(dead, now) if dead else []
+            done = await _in_batches(dead, self._requeue_deliveries, tell)
             result.deliveries.extend(done)
             result.refused.extend(refused)
             result.refused.extend(f"delivery {i} was not requeued" for i in dead if i not in done)
@@ -170,6 +182,9 @@ class DeadLettersService:
 
     async def _requeue_runs(self, ids: Sequence[int]) -> builtins.list[int]:
         return await self._c.store.requeue(ids, self._c.now())
+
+    async def _requeue_deliveries(self, ids: Sequence[int]) -> builtins.list[int]:
+        return await self._c.store.requeue_deliveries(ids, self._c.now())
 
     # -- purge -----------------------------------------------------------------------------------
     async def purge(
@@ -290,7 +305,7 @@ class DeadLettersService:
                 dead.append(delivery_id)
         return dead, refused
 
-    async def _every_dead_run(self, act: _Act) -> builtins.list[int]:
+    async def _every_dead_run(self, act: _Act, tell: Progress = _ignore) -> builtins.list[int]:
         """Apply ``act`` to every dead run of the namespace, a batch at a time."""
         handled: list[int] = []
         before: int | None = None
@@ -304,8 +319,21 @@ class DeadLettersService:
             batch = [run.id for run in await self._c.store.list_runs(wanted)]
             if not batch:
                 return handled
-            handled.extend(await act(batch))
+            done = await act(batch)
+            handled.extend(done)
+            tell(len(done))
             before = min(batch)
+
+
+async def _in_batches(ids: Sequence[int], act: _Act, tell: Progress) -> builtins.list[int]:
+    """``act`` on ``ids`` a batch at a time; what it handled, in id order (as one call of the
+    store's requeue gives them)."""
+    handled: list[int] = []
+    for start in range(0, len(ids), _BATCH):
+        done = await act(ids[start : start + _BATCH])
+        handled.extend(done)
+        tell(len(done))
+    return sorted(set(handled))  # a revived parent may come back in two batches' answers
 
 
 def kinds(kind: str | None, run_filter: bool, subscription: str | None) -> tuple[bool, bool]:

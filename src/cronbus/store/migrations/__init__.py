@@ -8,6 +8,7 @@ newer than this cronbus is always refused.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Protocol, runtime_checkable
@@ -33,6 +34,11 @@ def load(dialect: str) -> list[Migration]:
             number, _, rest = entry.name.partition("_")
             found.append(Migration(int(number), rest.removesuffix(".sql"), entry.read_text()))
     return sorted(found, key=lambda m: m.version)
+
+
+Step = Callable[[int, int], object]
+"""Told ``(applied, pending)`` before the first pending migration and after each one (a
+progress bar's feed)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +116,7 @@ class Migrator(Protocol):
         """The schema's version and the newest this cronbus knows, changing nothing."""
         ...
 
-    async def migrate(self) -> Migrated:
-        """Apply pending migrations (under the store's lock), whatever its URL's ``migrate``."""
+    async def migrate(self, progress: Step | None = None) -> Migrated:
+        """Apply pending migrations (under the store's lock), whatever its URL's ``migrate``;
+        ``progress`` is told how far it got."""
         ...

@@ -120,9 +120,10 @@ class Database:
             latest=known[-1].version if known else 0,
         )
 
-    async def migrate(self) -> migrations.Migrated:
+    async def migrate(self, progress: migrations.Step | None = None) -> migrations.Migrated:
         """Apply pending migrations in one transaction, under an advisory lock on the schema,
-        so that concurrent migrations (every process opening at once) apply each one once."""
+        so that concurrent migrations (every process opening at once) apply each one once;
+        ``progress`` is told ``(applied, pending)`` as they go (still one transaction)."""
         schema = self.options.schema
         conn = await self._connect()
         try:
@@ -133,9 +134,13 @@ class Database:
                 row = await (await conn.execute(q.SCHEMA_VERSION)).fetchone()
                 current = int(row[0]) if row else 0
                 todo = migrations.pending(self.name, migrations.load("postgres"), current)
-                for migration in todo:
+                for done, migration in enumerate(todo):
+                    if progress is not None:
+                        progress(done, len(todo))
                     await conn.execute(migration.sql)
                     await conn.execute(q.RECORD_MIGRATION, (migration.version, migration.name))
+                if progress is not None and todo:
+                    progress(len(todo), len(todo))
         except psycopg.Error as exc:
             raise StoreError(
                 f"PostgreSQL store {self.where}: migrating the schema failed: {describe(exc)}"

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import uuid
 
-from ..migrations import Migrated, SchemaVersions
+from ..migrations import Migrated, SchemaVersions, Step
 from . import sql as q
 from .admin import PostgresAdmin
 from .alerts import PostgresAlerts
@@ -124,6 +124,7 @@ class PostgresStore(
         """The schema's version and the newest this cronbus knows; works on a closed store."""
         return await self._db.schema_versions()
 
-    async def migrate(self) -> Migrated:
-        """Apply pending migrations, whatever the URL's ``migrate``; works on a closed store."""
-        return await self._db.migrate()
+    async def migrate(self, progress: Step | None = None) -> Migrated:
+        """Apply pending migrations, whatever the URL's ``migrate``; works on a closed store
+        (``progress``: see :class:`~cronbus.store.migrations.Migrator`)."""
+        return await self._db.migrate(progress)

@@ -52,6 +52,8 @@ class Database:
         self.migrate = migrate
         self.migrated: migrations.Migrated | None = None
         """What opening applied (``None`` when it only checked the version)."""
+        self.on_migration: migrations.Step | None = None
+        """Told how far opening got in applying migrations (``cronbus migrate``'s bar)."""
         self._relaxed = _RELAXED.get(synchronous, synchronous)
         self._level = ""
         self._conn: sqlite3.Connection | None = None
@@ -181,13 +183,17 @@ class Database:
             row = conn.execute("SELECT coalesce(max(version), 0) FROM cronbus_migrations")
             current = int(row.fetchone()[0])
             todo = migrations.pending(store_name(self.path), migrations.load("sqlite"), current)
-            for migration in todo:
+            for done, migration in enumerate(todo):
+                if self.on_migration is not None:
+                    self.on_migration(done, len(todo))
                 for statement in statements(migration.sql):
                     conn.execute(statement)
                 conn.execute(
                     "INSERT INTO cronbus_migrations VALUES (?, ?, ?)",
                     (migration.version, migration.name, time.time()),
                 )
+            if self.on_migration is not None and todo:
+                self.on_migration(len(todo), len(todo))
         return migrations.Migrated(
             store=store_name(self.path),
             before=current,

@@ -13,7 +13,7 @@ import os
 import sqlite3
 
 from ...errors import StoreError
-from ..migrations import Migrated, SchemaVersions
+from ..migrations import Migrated, SchemaVersions, Step
 from ..presence import check_readable, not_found
 from ..wake import WakeHub
 from .admin import SqliteAdmin
@@ -131,10 +131,12 @@ class SQLiteStore(
         """The schema's version and the newest this cronbus knows; works on a closed store."""
         return await asyncio.to_thread(read_versions, self.path, self.busy_timeout)
 
-    async def migrate(self) -> Migrated:
-        """Apply pending migrations, whatever the URL's ``migrate``; works on a closed store."""
+    async def migrate(self, progress: Step | None = None) -> Migrated:
+        """Apply pending migrations, whatever the URL's ``migrate``; works on a closed store
+        (``progress``: see :class:`~cronbus.store.migrations.Migrator`)."""
         # A connection of its own, which migrates as it opens: the store may be open or not.
         database = Database(self.path, synchronous=self.synchronous, busy_timeout=self.busy_timeout)
+        database.on_migration = progress
         await database.open()
         try:
             assert database.migrated is not None

@@ -336,7 +336,8 @@ async def test_a_webhook_delivery_is_a_span_sent_as_traceparent(
     await app.subscriptions.add(
         "traced-hook", topic="orders", webhook=url, backoff=0.05, max_backoff=0.1
     )
-    await app.publish_many_async("orders", [make_event("order.created", {"n": 1})])
+    with tracer.start_as_current_span("publisher") as publisher:
+        await app.publish_many_async("orders", [make_event("order.created", {"n": 1})])
     stopping = asyncio.Event()
     dispatcher = Dispatcher(app, lease_seconds=3.0, poll_seconds=0.2)
     running = asyncio.create_task(dispatcher.run(stopping))
@@ -358,6 +359,13 @@ async def test_a_webhook_delivery_is_a_span_sent_as_traceparent(
         assert span.attributes["cronbus.subscription"] == "traced-hook"
     assert by_attempt[2].attributes is not None
     assert by_attempt[2].attributes["http.response.status_code"] == 200
+    # Both pushes continue the publisher's trace, as children of its span.
+    ctx = publisher.get_span_context()
+    for span in by_attempt.values():
+        assert span.context is not None
+        assert span.context.trace_id == ctx.trace_id
+        assert span.parent is not None
+        assert span.parent.span_id == ctx.span_id
 
 
 # -- without the extra ----------------------------------------------------------------------------

@@ -289,7 +289,7 @@ class Pusher:
 
     async def _traced_push(self, delivery: Delivery, event: EventRecord) -> PushResult:
         """Push under the delivery's span (a no-op without the ``otel`` extra)."""
-        with tracing.delivery(self.name, self.target.label, delivery) as span:
+        with tracing.delivery(self.name, self.target.label, delivery, event.trace) as span:
             result = await self.target.push(delivery, event)
             span.ended(result.ok, result.status, result.error)
         return result

@@ -33,6 +33,8 @@ class NewEvent:
     data_json: str = "null"
     key: str | None = None
     """Ordering key of ``ordered`` subscriptions (the subject when absent)."""
+    trace: str | None = None
+    """The publisher's trace context (:func:`cronbus.observability.tracing.capture`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,6 +52,8 @@ class EventRecord:
     data_json: str
     key: str | None
     published_at: float
+    trace: str | None = None
+    """The publisher's trace context: the parent of each delivery's span."""
 
     @property
     def data(self) -> JSON:

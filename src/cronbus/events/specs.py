@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..observability.retention_policy import parse_age
+from ..observability.tracing import capture as capture_trace
 from ..serialization import check_json, encode_value
 from ..validation import (
     check_identifier,
@@ -47,6 +48,7 @@ def to_new_event(event: Event, max_bytes: int | None = None) -> NewEvent:
             event.data, f"the data of event type {shorten(event.type, 60)}", max_bytes=max_bytes
         ),
         key=event.key,
+        trace=capture_trace(),  # the publisher's span: each delivery's span continues it
     )
 
 

@@ -28,7 +28,7 @@ Row = Sequence[Any]
 
 EVENT_COLUMNS = """
     e.topic, e."offset", e.event_id, e.type, e.source, e.subject, e.time, e.datacontenttype,
-    e.data, e.key, e.published_at
+    e.data, e.key, e.published_at, e.trace
 """
 DELIVERY_COLUMNS = """
     d.id, s.name, d.topic, d."offset", d.event_id, d.key, d.state, d.attempts, d.due_at,
@@ -39,7 +39,7 @@ SUBSCRIPTION_FIELDS = (
     "holder, lease_expires_at, created_at, updated_at, namespace"
 )
 """The subscription columns, in the order :func:`subscription_from_row` reads them."""
-_EVENT_WIDTH = 11
+_EVENT_WIDTH = 12
 _DELIVERY_WIDTH = 14
 
 
@@ -58,6 +58,7 @@ def event_from_row(row: Row, at: int = 0) -> EventRecord:
         data_json=r[8],
         key=r[9],
         published_at=r[10],
+        trace=r[11],
     )
 
 

@@ -102,7 +102,7 @@ class PostgresEvents(Connected):
 
 def _append_params(topic: str, events: Sequence[NewEvent], now: float) -> dict[str, Any]:
     rows = [
-        (e.id, e.type, e.source, e.subject, e.time, e.datacontenttype, e.key, e.data_json)
+        (e.id, e.type, e.source, e.subject, e.time, e.datacontenttype, e.key, e.data_json, e.trace)
         for e in events
     ]
     return {**arrays(_APPEND_COLUMNS, rows), "topic": topic, "now": now}
@@ -129,4 +129,5 @@ _APPEND_COLUMNS = (
     "datacontenttype",
     "key",
     "data",
+    "trace",
 )

@@ -56,8 +56,10 @@ APPEND = """
 WITH input AS (
     SELECT * FROM unnest(
         %(event_id)b::text[], %(type)b::text[], %(source)b::text[], %(subject)b::text[],
-        %(time)b::float8[], %(datacontenttype)b::text[], %(key)b::text[], %(data)b::text[]
-    ) WITH ORDINALITY AS n(event_id, type, source, subject, time, datacontenttype, key, data, ord)
+        %(time)b::float8[], %(datacontenttype)b::text[], %(key)b::text[], %(data)b::text[],
+        %(trace)b::text[]
+    ) WITH ORDINALITY AS n(
+        event_id, type, source, subject, time, datacontenttype, key, data, trace, ord)
 ),
 stored AS (
     SELECT e.event_id, e.source, e."offset" FROM events e
@@ -81,9 +83,9 @@ numbered AS (
 ),
 inserted AS (
     INSERT INTO events (topic, "offset", event_id, type, source, subject, time, datacontenttype,
-                        key, data, published_at)
+                        key, data, published_at, trace)
     SELECT %(topic)s, "offset", event_id, type, source, subject, time, datacontenttype, key, data,
-        %(now)s
+        %(now)s, trace
     FROM numbered ORDER BY "offset"
 )
 SELECT coalesce(n."offset", s."offset"), coalesce(n.ord = i.ord, false),

@@ -67,7 +67,7 @@ def append_events(
 def _event_row(topic: str, offset: int, e: NewEvent, now: float) -> Row:
     """The parameters of :data:`~.events_sql.INSERT_EVENT`."""
     attributes = (e.id, e.type, e.source, e.subject, e.time, e.datacontenttype, e.key)
-    return (topic, offset, *attributes, e.data_json, now)
+    return (topic, offset, *attributes, e.data_json, now, e.trace)
 
 
 def topic_info(conn: sqlite3.Connection, topic: str) -> TopicInfo:

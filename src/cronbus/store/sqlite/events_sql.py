@@ -37,8 +37,8 @@ WHERE topic = ? AND event_id IN (SELECT value FROM json_each(?))
 """
 INSERT_EVENT = """
 INSERT INTO events (topic, offset, event_id, type, source, subject, time, datacontenttype, key,
-                    data, published_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    data, published_at, trace)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 READ_EVENTS = f"""
 SELECT {EVENT_COLUMNS} FROM events e WHERE e.topic = ? AND e.offset > ? ORDER BY e.offset LIMIT ?

@@ -218,3 +218,9 @@ async def test_events_above_a_cursor_stay_and_batches_go_on_past_needed_ones(
 async def test_reclaim_space_reports_pages(store: Store) -> None:
     reclaimed = await store.reclaim_space(100)
     assert reclaimed.removed >= 0
+
+
+async def test_run_namespaces_include_those_nobody_registered(store: Store) -> None:
+    assert await store.run_namespaces() == []
+    await store.defer([new(), NewRun(task="t", queue="q", eta=T0, namespace="shop")], T0)
+    assert await store.run_namespaces() == ["default", "shop"]

@@ -220,7 +220,8 @@ class Retention:
         return report
 
     async def _namespaces(self) -> list[str]:
-        return [space.name for space in await self.store.list_namespaces()]
+        # The runs' own: a namespace is not always registered before runs are deferred in it.
+        return await self.store.run_namespaces()
 
     async def _runs(self, report: PurgeReport, namespace: str, now: float) -> None:
         """Every finished run of ``namespace`` that its rule lets go, oldest first."""

@@ -56,6 +56,11 @@ class Purged:
 class RetentionStore(Protocol):
     """Reading and deleting finished work in small batches (see the module's docstring)."""
 
+    async def run_namespaces(self) -> list[str]:
+        """The namespaces that have runs, by name (registered or not: an app may defer into a
+        namespace nobody created), found through an index without reading the runs."""
+        ...
+
     async def finished_runs(
         self,
         namespace: str,

@@ -17,10 +17,15 @@ from ...states import TERMINAL, RunState
 from ..retention_ports import FinishedRun, Purged
 from . import retention_sql as q
 from .connection import Connected
+from .sql import RUN_NAMESPACES
 
 
 class PostgresRetention(Connected):
     """The retention role of the PostgreSQL store (see the module's docstring)."""
+
+    async def run_namespaces(self) -> list[str]:
+        """The namespaces that have runs (a loose scan of an index on ``namespace``)."""
+        return [row[0] for row in await self._db.rows(RUN_NAMESPACES)]
 
     async def finished_runs(
         self,

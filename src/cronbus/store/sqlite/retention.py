@@ -25,6 +25,7 @@ from ..retention_ports import FinishedRun, Purged
 from . import retention_sql as q
 from .connection import Connected, Database
 from .files import MEMORY
+from .listing import run_namespaces
 
 T = TypeVar("T")
 log = logging.getLogger("cronbus.store")
@@ -161,6 +162,10 @@ async def convert_to_incremental(database: Database) -> None:
 
 class SqliteRetention(Connected):
     """The retention role of the SQLite store (see the module's docstring)."""
+
+    async def run_namespaces(self) -> list[str]:
+        """The namespaces that have runs (a skip scan of ``runs_by_state``)."""
+        return await self._call(run_namespaces, self._db, inline="read")
 
     async def finished_runs(
         self,

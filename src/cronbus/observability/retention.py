@@ -205,8 +205,9 @@ class Retention:
 
     # -- one pass ------------------------------------------------------------------------------
     async def pass_once(self, now: float | None = None) -> PurgeReport:
-        """Apply every rule once, at ``now`` (default the clock's), whoever holds the lease
-        (the loop takes it first). Returns what was removed."""
+        """Apply every rule once, at ``now`` (default the clock's). The loop takes the lease
+        first; a long pass renews it every few batches (taking it when it is free) and stops,
+        ``complete`` False, when another process holds it. Returns what was removed."""
         now = self.clock.now() if now is None else now
         report = PurgeReport()
         try:

@@ -8,7 +8,6 @@ returns the run whatever its end.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -17,13 +16,12 @@ from .distribution.fanout import summary
 from .errors import RunFailedError, RunTimeoutError
 from .model import JSON, ErrorInfo, FanOutKind, Run
 from .states import RunState
+from .waiters import waiters
 
 if TYPE_CHECKING:
     from .app import App
     from .services.runs import RunsService
 
-_FIRST_POLL = 0.002
-_MAX_POLL = 0.05
 _FAILED = frozenset({RunState.DEAD, RunState.CANCELLED})
 """The ends that ``wait`` reports by raising."""
 _MESSAGE_WIDTH = 200
@@ -182,19 +180,20 @@ class RunHandle:
         false. :class:`RunTimeoutError` after ``timeout`` seconds.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = _FIRST_POLL
+        ended = waiters(self._app.store)
         while True:
             run = await self.fetch_async()
             if run.state.terminal:
                 run = await self._resolved(run)
                 return check_ended(run) if raise_error else run
-            if deadline is not None and time.monotonic() >= deadline:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 raise RunTimeoutError(
                     f"run {self.id} is still {run.state.value} after {timeout} seconds"
                 )
-            left = pause if deadline is None else min(pause, deadline - time.monotonic())
-            await asyncio.sleep(max(0.0, left))
-            pause = min(pause * 2, _MAX_POLL)
+            # Woken when the run ends (its completion nudges the "ended" channel), or at the
+            # deadline; then read it again.
+            await ended.until_ended(self.id, left)
 
     def wait(self, timeout: float | None = None, *, raise_error: bool = True) -> Run:
         """Block until the run ends and return it (see :meth:`wait_async`).

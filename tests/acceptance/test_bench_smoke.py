@@ -48,6 +48,16 @@ def test_the_connectors_benchmark_runs_with_tiny_sizes() -> None:
         assert figure in done.stdout, f"no {figure!r} figure:\n{done.stdout[-3000:]}"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_metrics_benchmark_runs_with_tiny_sizes() -> None:
+    # Not in run.py's default set (on/off throughput pairs take minutes); tiny sizes here.
+    tiny = ["--runs", "300", "--queues", "20", "--per-queue", "2", "--scrapes", "2"]
+    done = _run(ROOT / "bench" / "metrics.py", *tiny)
+    for figure in ("cost of metrics", "CPU cost of metrics", "queues, cold", "calls per run"):
+        assert figure in done.stdout, f"no {figure!r} figure:\n{done.stdout[-3000:]}"
+
+
 def _redis_answers() -> bool:
     try:
         socket.create_connection(("127.0.0.1", 6379), timeout=2).close()

@@ -1,7 +1,8 @@
 """The FastAPI application over the service layer: :func:`create_api`.
 
 Every resource lives under ``/v1`` (:mod:`cronbus.api.routes`); ``/openapi.json``,
-``/v1/health`` and ``/v1/ready`` need no token, everything else a Bearer token. Errors are
+``/v1/health``, ``/v1/ready`` and ``/metrics`` (:mod:`.metrics_route`) need no token, everything
+else a Bearer token. Errors are
 problem documents (:mod:`.problems`), bodies over the limit are refused (:mod:`.bodylimit`),
 POSTs honour ``Idempotency-Key`` (:mod:`.idempotency`) and each token has a rate
 (:mod:`.ratelimit`).

@@ -32,6 +32,7 @@ from ..model import (
 from ..states import ACTIVE, AttemptOutcome, RunEvent, RunState, sources, transition
 from ..triggers import trigger_from_spec
 from .ports import CONTROL_CHANNEL, JOBS_CHANNEL, RUNS_CHANNEL
+from .wake import ENDED_CHANNEL
 
 log = logging.getLogger("cronbus.store")
 
@@ -135,9 +136,12 @@ def wakeups(state: RunState, concurrency_key: str | None = None) -> frozenset[st
     A run that waits for a worker (new, retried, requeued, lost) may be claimable or change the
     earliest due time that idle workers sleep towards; a run asked to cancel must be told by its
     worker; a run with a concurrency key (a job's overlap key, or a limit key: pass either)
-    that stopped running lets the runs queued behind it go.
+    that stopped running lets the runs queued behind it go; a run that ended may be awaited by
+    a ``handle.wait()`` (the stores nudge that channel only towards processes that wait).
     """
     channels: set[str] = set()
+    if state.terminal:
+        channels.add(ENDED_CHANNEL)
     if state in sources(RunEvent.CLAIM) | sources(RunEvent.DUE):
         channels.add(RUNS_CHANNEL)
     if state is transition(RunState.RUNNING, RunEvent.CANCEL):

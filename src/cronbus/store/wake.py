@@ -23,6 +23,11 @@ from collections.abc import Iterable, Sequence
 
 log = logging.getLogger("cronbus.wake")
 
+ENDED_CHANNEL = "ended"
+"""Wake-up channel: a run ended (succeeded, dead, cancelled or skipped). Only processes where a
+``handle.wait()`` is waiting listen to it, and the stores nudge it only towards them (SQLite's
+registry filters by channel; PostgreSQL NOTIFYs it only while a waiter holds its lock)."""
+
 
 @functools.cache
 def abstract_sockets() -> bool:
@@ -67,6 +72,11 @@ class LocalListener:
         woken = self._event.is_set()
         self._event.clear()
         return woken
+
+    @property
+    def active(self) -> bool:
+        """False once closed, or once its hub closed (the store was closed)."""
+        return self in self._hub._listeners
 
     async def close(self) -> None:
         """Stop receiving nudges."""

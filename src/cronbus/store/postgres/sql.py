@@ -63,7 +63,19 @@ VALUES (%s, %s, extract(epoch FROM clock_timestamp()))
 
 # -- wake-ups -----------------------------------------------------------------------------------
 # NOTIFY inside a transaction is delivered at its commit, never before, and never if it rolls back.
-NOTIFY = "SELECT pg_notify(c, %(token)s) FROM unnest(%(channels)b::text[]) AS c"
+# The "ended" channel (a run ended) is notified only while some process waits for runs to end:
+# such a process holds the shared advisory lock below (ENDED_WAITERS_LOCK) on its LISTEN
+# connection, so this transaction's exclusive try fails. NOTIFY takes a global lock at commit, so
+# completions must not NOTIFY when nobody listens. A waiter takes its lock after every
+# transaction that tried it found it free has committed, and reads its runs after that: none is
+# missed. (Concurrent completions may see each other's try: a spare NOTIFY, never a lost one.)
+NOTIFY = """
+SELECT pg_notify(c, %(token)s) FROM unnest(%(channels)b::text[]) AS c
+WHERE CASE WHEN c <> current_schema() || '_ended' THEN true
+      ELSE NOT pg_try_advisory_xact_lock(1701733988, hashtext(current_schema())) END
+"""
+ENDED_WAITERS_LOCK = "SELECT pg_advisory_lock_shared(1701733988, hashtext(current_schema()))"
+ENDED_WAITERS_UNLOCK = "SELECT pg_advisory_unlock_shared(1701733988, hashtext(current_schema()))"
 
 # -- runs: insert (the statements are built in insert_sql) -------------------------------------
 RUN_BY_KEY_OR_FIRE = """

@@ -17,7 +17,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ...errors import StoreError
 from ..ports import Listener
-from ..wake import WakeHub
+from ..wake import ENDED_CHANNEL, LocalListener, WakeHub
 from . import sql as q
 from .connection import NOT_OPEN, Conn, Connected, describe, stopped
 
@@ -80,13 +80,18 @@ class Listening:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
+    @property
+    def wanted(self) -> frozenset[str]:
+        """The channels listened on, or to be."""
+        return frozenset(self._wanted)
+
     async def subscribe(self, channels: Iterable[str]) -> None:
         """LISTEN on ``channels``; returns once the server has them (or after a while: polling
         covers the time until the connection is back)."""
         wanted = set(channels)
+        self._wanted |= wanted  # first: it may be in _listening only until an UNLISTEN
         if wanted <= self._listening:
             return
-        self._wanted |= wanted
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
                 self._supervise(), name="cronbus-listen"
@@ -100,6 +105,13 @@ class Listening:
                 "not listening on %s yet; wake-ups fall back to polling until reconnected",
                 ", ".join(sorted(wanted)),
             )
+
+    def unsubscribe(self, channels: Iterable[str]) -> None:
+        """Stop listening on ``channels`` (soon: the supervising task UNLISTENs)."""
+        gone = set(channels) & self._wanted
+        if gone:
+            self._wanted -= gone
+            self._changed.set()
 
     async def close(self) -> None:
         """Stop the supervising task and close the connection."""
@@ -146,9 +158,21 @@ class Listening:
             delay = min(delay * 2, _BACKOFF_MAX)
 
     async def _listen(self, conn: Conn) -> None:
+        for channel in sorted(self._listening - self._wanted):
+            name = self._names(channel)
+            await conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(name)))
+            if channel == ENDED_CHANNEL:
+                await conn.execute(q.ENDED_WAITERS_UNLOCK)
+            self._listening.discard(channel)
         for channel in sorted(self._wanted - self._listening):
             name = self._names(channel)
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(name)))
+            if channel == ENDED_CHANNEL:
+                # Held while listening: completions NOTIFY "ended" only while someone holds it
+                # (see sql.NOTIFY). Taken after the LISTEN, and it waits for the completions
+                # that found it free to commit, so a waiter that reads its run after this
+                # returned either sees it ended or is sure to be notified.
+                await conn.execute(q.ENDED_WAITERS_LOCK)
             self._by_name[name] = channel
             self._listening.add(channel)
         async with self._subscribed:
@@ -199,9 +223,37 @@ class PostgresWakeUps(Connected):
                 lost=self._db.check_pool,
             )
         await self._listening.subscribe(channels)
-        return listener
+        return _Unlistening(self, listener)
+
+    def _unlisten(self) -> None:
+        """UNLISTEN the channels no local listener waits on any more (after a close)."""
+        if self._listening is not None:
+            self._listening.unsubscribe(set(self._listening.wanted) - self._hub.channels())
 
     async def notify(self, channels: Sequence[str]) -> None:
         """Wake this process's listeners directly and the others' by NOTIFY."""
         self._hub.wake_local(channels)
         await self._db.execute(q.NOTIFY, self._db.notify_params(channels))
+
+
+class _Unlistening:
+    """A listener whose close also UNLISTENs the channels nobody here waits on any more."""
+
+    def __init__(self, store: PostgresWakeUps, listener: LocalListener) -> None:
+        self._store = store
+        self._listener = listener
+        self.channels = listener.channels
+
+    @property
+    def active(self) -> bool:
+        """False once closed, or once the store was closed."""
+        return self._listener.active
+
+    async def wait(self, timeout: float) -> bool:
+        """See :meth:`~cronbus.store.wake.LocalListener.wait`."""
+        return await self._listener.wait(timeout)
+
+    async def close(self) -> None:
+        """Stop receiving wake-ups."""
+        await self._listener.close()
+        self._store._unlisten()

@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 
+from ...errors import StoreError
 from ..ports import Listener
+from ..wake import LocalListener
 from . import sql as q
 from .connection import Connected, read_wakeups
 from .rows import execute, execute_many
@@ -19,14 +22,19 @@ class SqliteWakeUps(Connected):
     """The wake-ups role (:class:`~cronbus.store.ports.WakeUps`) of the SQLite store."""
 
     async def listen(self, channels: Sequence[str]) -> Listener:
-        """Receive nudges for ``channels`` from this and other processes."""
-        listener = self._hub.add(channels)
+        """Receive nudges for ``channels`` from this and other processes (the registry row is
+        narrowed again when the listener closes, so nobody nudges channels no longer heard)."""
+        listener = _Registered(self, self._hub.add(channels))
+        await self._register()
+        return listener
+
+    async def _register(self) -> None:
+        """Write this process's channels to the registry when they changed."""
         wanted = frozenset(self._hub.channels())
-        if wanted != self._registered:
+        if wanted != self._registered and self._hub.bound:
             self._registered = wanted
             row = (self._hub.address, self._hub.pid, ",".join(sorted(wanted)), time.time())
             await self._transact(execute, q.REGISTER_WAKEUP, row, durable=False)
-        return listener
 
     async def notify(self, channels: Sequence[str]) -> None:
         """Wake this process's listeners directly and nudge the other processes' sockets."""
@@ -45,3 +53,29 @@ class SqliteWakeUps(Connected):
     async def _forget_wakeup(self) -> None:
         """Unregister this process's socket (the store is closing)."""
         await self._transact(execute, q.DELETE_WAKEUP, (self._hub.address,), durable=False)
+
+
+class _Registered:
+    """A listener whose close also narrows the process's registered channels."""
+
+    def __init__(self, store: SqliteWakeUps, listener: LocalListener) -> None:
+        self._store = store
+        self._listener = listener
+        self.channels = listener.channels
+
+    @property
+    def active(self) -> bool:
+        """False once closed, or once the store was closed."""
+        return self._listener.active
+
+    async def wait(self, timeout: float) -> bool:
+        """See :meth:`LocalListener.wait`."""
+        return await self._listener.wait(timeout)
+
+    async def close(self) -> None:
+        """Stop receiving nudges, and tell the other processes (while the store is open)."""
+        active = self._listener.active
+        await self._listener.close()
+        if active and self._store._database.is_open:
+            with contextlib.suppress(StoreError):
+                await self._store._register()

@@ -16,7 +16,6 @@ its own); they are the same figures, so aggregate them with ``max``, not ``sum``
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Aggregate", "Circuits", "WorkerSlots"]
 
-log = logging.getLogger("cronbus.metrics")
 MAX_QUEUES = 10_000
 """Queues remembered (and exported at 0 once empty) per process; more are shown while busy."""
 _WORKER_STATES = (WorkerState.ALIVE, WorkerState.DRAINING, WorkerState.LOST)

@@ -125,3 +125,25 @@ async def test_metrics_switched_off(tmp_path: Path) -> None:
             worker.request_stop()
             await asyncio.wait_for(running, 30)
     assert worker_app.metrics is not None  # the default: on
+
+
+async def test_the_api_counts_from_its_start_and_serves_metrics_without_a_token(
+    tmp_path: Path,
+) -> None:
+    """`cronbus api` without a metrics port: /metrics on its own port, no token, and the
+    publishes made through it counted from the start (not from the first scrape)."""
+    from integration.test_api_support import make_app, served
+
+    async with served(make_app(f"sqlite:///{tmp_path / 'api.db'}")) as api:
+        headers = await api.headers("write")
+        for n in range(2):
+            body = {"type": "order.created", "data": {"n": n}}
+            created = await api.client.post("/v1/topics/orders/events", json=body, headers=headers)
+            assert created.status_code == 201, created.text
+        response = await api.client.get("/metrics")  # no Authorization header
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain")
+        got = parse(response.content)
+        assert value(got, "cronbus_events_published_total", topic="orders") == 2
+        assert value(got, "cronbus_store_transaction_seconds_count", op="append") == 2
+        assert ("cronbus_workers", frozenset({("state", "alive")})) in got

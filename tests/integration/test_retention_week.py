@@ -105,7 +105,11 @@ def _sqlite_size(path: str) -> int:
     """The file's size once its WAL is copied back and cut (what is on disk for good)."""
     conn = sqlite3.connect(path, isolation_level=None, timeout=30)
     try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        for _ in range(100):
+            # Busy (the store's own checkpointer at work): the file is not cut yet; again.
+            (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                break
     finally:
         conn.close()
     return os.path.getsize(path)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import InvalidArgumentError
-from ..observability.retention import PurgeReport, purge_finished
+from ..observability.retention import PurgeReport, drain_free, purge_finished
 from ..observability.retention_policy import check_purge_states, parse_age
 from ..states import RunState
 from ..validation import shorten
@@ -75,6 +75,7 @@ async def purge_runs(
         states=chosen,
         most=most,
     )
+    await drain_free(context.store, report)
     if report.runs:
         detail = {"removed": report.runs, "older_than": age, "states": [s.value for s in chosen]}
         await context.audit("runs.purge", context.namespace, detail)

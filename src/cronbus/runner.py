@@ -43,6 +43,15 @@ FAULT_STOP_SECONDS = 10.0
 """How long roles get to stop after a store fault before they are cancelled."""
 
 
+class Chore(Protocol):
+    """Housekeeping for the whole store that one process of the cluster does at a time, under
+    a role lease: :class:`~cronbus.observability.retention.Retention` and
+    :class:`~cronbus.observability.alerts.engine.AlertEngine`."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Do the chore whenever this process holds its lease, until ``stop`` is set."""
+
+
 class ApiRole(Protocol):
     """A server of the HTTP API run beside the other roles (``cronbus server``):
     :class:`cronbus.api.serving.ApiServer`, kept abstract so workers need not import it."""
@@ -69,10 +78,13 @@ async def serve(
     name: str | None = None,
     connectors: bool = True,
     metrics: socket.socket | None = None,
+    chores: bool = True,
 ) -> int:
     """Open ``app`` and run the chosen roles until a stop signal, then close it. A worker
     also runs connector tasks unless ``connectors`` is False. ``metrics`` is a listening
     socket to serve ``/metrics`` on (:func:`cronbus.observability.exposition.listen_metrics`).
+    With ``chores``, the process also takes its turn at retention and alert evaluation: each
+    runs in one process of the cluster at a time, whichever holds its lease.
 
     Returns the number of thread tasks the worker abandoned that are still running.
     """
@@ -90,6 +102,7 @@ async def serve(
             store=app.store,
             check_seconds=min(CHECK_SECONDS, app.settings.heartbeat_seconds),
             api=api,
+            chores=_chores(app) if chores else (),
         )
         if install_signals:
             _on_signals(roles)
@@ -118,9 +131,11 @@ class Roles:
         store: Store | None = None,
         check_seconds: float = CHECK_SECONDS,
         api: ApiRole | None = None,
+        chores: Sequence[Chore] = (),
     ) -> None:
         self.worker = worker
         self.api = api
+        self.chores = tuple(chores)
         self.scheduler = scheduler
         self.dispatcher = dispatcher
         self.connectors = connectors
@@ -175,6 +190,7 @@ class Roles:
             running.append(self.connectors.run(self._stop_dispatching))
         if self.api is not None:
             running.append(self.api.serve())
+        running.extend(chore.run(self._stop_dispatching) for chore in self.chores)
         await asyncio.gather(*running)
 
     async def _work(self, worker: Worker) -> None:
@@ -239,6 +255,15 @@ async def _metrics_served(app: App, sock: socket.socket | None) -> AsyncIterator
         yield
     finally:
         await server.stop()
+
+
+def _chores(app: App) -> list[Chore]:
+    """Retention and alert evaluation for ``app``'s store (bad alert settings fail here, before
+    any role starts)."""
+    from .observability.alerts.engine import AlertEngine
+    from .observability.retention import Retention
+
+    return [Retention.for_app(app), AlertEngine(app)]
 
 
 def _connectors(app: App, worker: Worker) -> ConnectorRuntime:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..validation import check_namespace
 from .access import LOCAL, Access, Scope
+from .alerts import AlertsService
 from .audit import AuditService
 from .connectors import ConnectorsService, ConnectorView, TaskView
 from .context import Context
@@ -155,6 +156,8 @@ class Services:
         """Idempotent requests: claim, finish, release, trim the records of their keys."""
         self.health = HealthService(context)
         """Readiness of the store (no access needed)."""
+        self.alerts = AlertsService(context)
+        """Alert rules (stored and the app's), alerts firing, silences, history."""
 
     def __repr__(self) -> str:
         return f"<Services actor={self.access.actor!r} namespace={self.namespace!r}>"

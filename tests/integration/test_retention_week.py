@@ -110,9 +110,14 @@ def _sqlite_size(path: str) -> int:
             (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             if not busy:
                 break
+        pages, free = (conn.execute(f"PRAGMA {name}").fetchone()[0] for name in _PAGES)
+        print(f"pages {pages}, free {free}, busy {busy}, bytes {os.path.getsize(path)}")
     finally:
         conn.close()
     return os.path.getsize(path)
+
+
+_PAGES = ("page_count", "freelist_count")
 
 
 async def _count_runs(store: Store) -> int:

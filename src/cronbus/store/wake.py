@@ -18,6 +18,7 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterable, Sequence
 
@@ -92,6 +93,7 @@ class WakeHub:
 
     def __init__(self, *, abstract: bool | None = None) -> None:
         self._listeners: set[LocalListener] = set()
+        self._channels: frozenset[str] = frozenset()
         self._sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.abstract = abstract_sockets() if abstract is None else abstract
@@ -99,6 +101,7 @@ class WakeHub:
         self._folder: str | None = None
         self.pid = os.getpid()
         self._sender: socket.socket | None = None
+        self._sender_lock = threading.Lock()
 
     @property
     def bound(self) -> bool:
@@ -109,6 +112,7 @@ class WakeHub:
         """A new listener; binds the socket on first use."""
         listener = LocalListener(self, channels)
         self._listeners.add(listener)
+        self._channels = frozenset(self.channels())
         if self._sock is None:
             self._bind()
         return listener
@@ -116,10 +120,16 @@ class WakeHub:
     def discard(self, listener: LocalListener) -> None:
         """Forget a listener."""
         self._listeners.discard(listener)
+        self._channels = frozenset(self.channels())
 
     def channels(self) -> set[str]:
         """Every channel some listener here waits on."""
         return {c for listener in self._listeners for c in listener.channels}
+
+    @property
+    def local_channels(self) -> frozenset[str]:
+        """:meth:`channels`, kept up to date as listeners come and go (cheap to test)."""
+        return self._channels
 
     def wake_local(self, channels: Iterable[str]) -> None:
         """Wake this process's listeners of ``channels``."""
@@ -132,8 +142,12 @@ class WakeHub:
         """Nudge other processes; return the addresses nobody listens on any more."""
         payload = ",".join(channels).encode()
         if self._sender is None:
-            self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            self._sender.setblocking(False)
+            # A store may nudge from its thread (before a commit) and from the loop's.
+            with self._sender_lock:
+                if self._sender is None:
+                    sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                    sender.setblocking(False)
+                    self._sender = sender
         gone = []
         for address in addresses:
             if address == self.address:
@@ -191,6 +205,7 @@ class WakeHub:
             self._sender = None
         self._remove_folder()
         self._listeners.clear()
+        self._channels = frozenset()
 
     def _remove_folder(self) -> None:
         if self._folder is not None:

@@ -10,6 +10,7 @@ from ...errors import RunNotFoundError
 from ...model import Attempt, Deferred, NewRun, Run, RunFilter
 from ...states import RunEvent, RunState, sources, sql_match
 from ..logic import Ended, cancel_state, cancels_children, wakeups
+from ..ports import RUNS_CHANNEL
 from ..rows import attempt_from_row, run_from_row
 from . import dist_sql as dq
 from . import listing
@@ -98,9 +99,29 @@ class SqliteRuns(Connected):
         if not runs:
             return []
         quick: Inline = "write" if len(runs) <= _INLINE_BATCH else ""
-        result = await self._transact(_defer, runs, now, wake=True, inline=quick)
+        result = await self._transact(self._defer_waking, runs, now, inline=quick)
         await self._nudge(set(wakeups(RunState.QUEUED)))
         return result
+
+    def _defer_waking(
+        self, conn: sqlite3.Connection, runs: Sequence[NewRun], now: float
+    ) -> list[Deferred]:
+        """:func:`_defer`, then nudge the idle workers of other processes before the commit.
+
+        A durable commit waits for the disk (an fsync, milliseconds); the workers wake up
+        meanwhile instead of after it, and their claims queue for the write lock this
+        transaction holds, so they read the new runs as soon as they are committed. The nudge
+        after the commit still follows (a worker that looked before the commit, e.g. at its
+        list of ready queues, looks again), and so does a rollback's: a nudge never makes work.
+        """
+        deferred = _defer(conn, runs, now)
+        # Inside the write transaction: every listener registered by now is nudged (also the
+        # registry that the nudge after the commit uses).
+        self._read_wakeups(conn)
+        targets = [address for address, chans in self._wakeups if RUNS_CHANNEL in chans]
+        if targets:
+            self._hub.send(targets, [RUNS_CHANNEL])
+        return deferred
 
     async def cancel(self, run_id: int, now: float) -> RunState:
         """Cancel a waiting run at once, or ask a running one to stop."""
@@ -126,7 +147,10 @@ class SqliteRuns(Connected):
     async def get_runs(self, run_ids: Sequence[int]) -> list[Run]:
         """Several runs by id."""
         ids = json.dumps(list(run_ids))
-        rows = await self._rows(q.GET_RUNS, (ids,))
+        # A few runs (the awaited runs of handle.wait(), read at each wake-up) are read on the
+        # event loop's thread when the connection is free: a thread hop costs more.
+        quick: Inline = "read" if len(run_ids) <= _INLINE_BATCH else ""
+        rows = await self._rows(q.GET_RUNS, (ids,), inline=quick)
         return [run_from_row(row) for row in rows]
 
     async def list_runs(self, filter: RunFilter) -> list[Run]:

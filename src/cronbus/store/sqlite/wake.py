@@ -10,12 +10,13 @@ from collections.abc import Sequence
 
 from ...errors import StoreError
 from ..ports import Listener
-from ..wake import LocalListener
+from ..wake import ENDED_CHANNEL, LocalListener
 from . import sql as q
 from .connection import Connected, read_wakeups
 from .rows import execute, execute_many
 
 _WAKEUP_CACHE_SECONDS = 1.0
+_ENDED_ONLY = [ENDED_CHANNEL]
 
 
 class SqliteWakeUps(Connected):
@@ -38,6 +39,8 @@ class SqliteWakeUps(Connected):
 
     async def notify(self, channels: Sequence[str]) -> None:
         """Wake this process's listeners directly and nudge the other processes' sockets."""
+        if channels == _ENDED_ONLY and not self._ended_heard():
+            return  # a run ended and nobody waits for ends: the common case costs nothing
         self._hub.wake_local(channels)
         if time.monotonic() - self._wakeups_read > _WAKEUP_CACHE_SECONDS:
             self._wakeups = await self._call(read_wakeups, self._db)
@@ -49,6 +52,14 @@ class SqliteWakeUps(Connected):
             self._wakeups = [w for w in self._wakeups if w[0] not in gone]
             rows = [(address,) for address in gone]
             await self._transact(execute_many, q.DELETE_WAKEUP, rows, durable=False)
+
+    def _ended_heard(self) -> bool:
+        """Whether a listener here or (by the registry as last read) elsewhere waits for ends."""
+        if time.monotonic() - self._wakeups_read > _WAKEUP_CACHE_SECONDS:
+            return True  # the registry is old: notify() reads it again
+        return ENDED_CHANNEL in self._hub.local_channels or any(
+            ENDED_CHANNEL in chans for _, chans in self._wakeups
+        )
 
     async def _forget_wakeup(self) -> None:
         """Unregister this process's socket (the store is closing)."""

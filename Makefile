@@ -10,6 +10,8 @@ TEST_WORKERS ?= 3
 # The console's browser tests drive Debian's Chromium (no browser download).
 CHROMIUM := /usr/bin/chromium
 
+
+.PHONY: test-week
 .PHONY: demo test check lint typecheck bench clean console-assets
 
 $(STAMP): pyproject.toml
@@ -42,6 +44,9 @@ test: $(STAMP) $(BENCH_STAMP) $(CHROMIUM)  ## lint, type-check and run the whole
 	$(PY) -m pytest -q -m serial
 
 check: test
+
+test-week: $(STAMP)  ## the retention test of issue 14 at full size: 1,000,000 runs over a simulated week
+	CRONBUS_WEEK_RUNS=1000000 CRONBUS_WEEK_STRICT=1 $(PY) -m pytest -s -q -m slow tests/integration/test_retention_week.py
 
 bench: $(BENCH_STAMP)  ## print throughput and latency figures, then cronbus beside Huey and Dramatiq
 	$(PY) bench/run.py

@@ -70,7 +70,8 @@ def _redis_answers() -> bool:
 @pytest.mark.timeout(600)
 def test_the_peers_benchmark_runs_with_quick_sizes() -> None:
     # cronbus on SQLite beside Huey on the local Redis (not in run.py's default set): the
-    # harness for every peer is the same, so one peer shows it works, at a third of the time. Skipped without Redis on a developer's machine; CI has Redis, so there it must run.
+    # harness for every peer is the same, so one peer shows it works, at a third of the time.
+    # Skipped without Redis on a developer's machine; CI has Redis, so there it must run.
     if not _redis_answers() and not os.environ.get("CI"):
         pytest.skip("Redis does not answer at 127.0.0.1:6379 (CI would fail here)")
     tiny = ["--runs", "300", "--workers", "1", "--idle", "20", "--delayed", "10", "--waits", "10"]

@@ -20,9 +20,9 @@ among the queues that hold claimable runs at the time, each with weight 1, read 
 from __future__ import annotations
 
 import heapq
+import math
 import re
 from collections.abc import Collection, Mapping, Sequence
-from fractions import Fraction
 
 from .errors import ConfigurationError
 from .model import QueueShare
@@ -206,9 +206,19 @@ def _fill(
     least above its weight (D'Hondt), while it holds less than ``bound``; the slots left.
     Ties go to the queue listed first in ``ordered``.
 
-    A heap keeps it O(free log queues): a ``*`` worker may serve many queues."""
+    A heap keeps it O(free log queues): a ``*`` worker may serve many queues. The ratios
+    ``(held + 1) / weight`` are compared exactly as integers scaled by the weights' least
+    common multiple (``Fraction`` objects cost a gcd and an allocation each, every claim)."""
+    if len(ordered) == 1:  # one queue (a common worker): no ratios to compare
+        name = ordered[0][0]
+        take = min(free, max(0, bound[name] - held[name]))
+        held[name] += take
+        given[name] += take
+        return free - take
+    scale = math.lcm(*(weights[name] for name, _ in ordered))
+    steps = {name: scale // weights[name] for name, _ in ordered}
     heap = [
-        (Fraction(held[name] + 1, weights[name]), place, name)
+        ((held[name] + 1) * steps[name], place, name)
         for place, (name, _) in enumerate(ordered)
         if held[name] < bound[name]
     ]
@@ -219,7 +229,7 @@ def _fill(
         given[name] += 1
         free -= 1
         if held[name] < bound[name]:
-            heapq.heappush(heap, (Fraction(held[name] + 1, weights[name]), place, name))
+            heapq.heappush(heap, ((held[name] + 1) * steps[name], place, name))
     return free
 
 

@@ -36,6 +36,8 @@ def dumps(value: Any) -> str:
     Raises :class:`SerializationError` (a ``TypeError``) for text with a lone surrogate, which
     would otherwise fail later, in the store, as a ``UnicodeEncodeError``.
     """
+    if value is None:
+        return "null"  # what most tasks return
     text = json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
     reason = unstorable_reason(text)
     if reason is not None and "surrogate" in reason:

@@ -111,6 +111,8 @@ class AttemptLog:
 
     def getvalue(self) -> str:
         """Return the kept text, ending with a truncation marker line if anything was dropped."""
+        if not self._kept and not self._dropped:
+            return ""  # nothing written (most attempts): no lock, no copy
         with self._lock:
             kept, dropped = bytes(self._kept), self._dropped
         return render_log(kept.decode("utf-8", "replace"), dropped)

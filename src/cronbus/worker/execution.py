@@ -9,25 +9,27 @@ as leaked, and the worker stops claiming while ``max_leaked`` such threads are a
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import collections
+import contextvars
+import functools
+import json
+import os
 import random
 import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..clock import Clock
 from ..errors import Abort, SerializationError, UnknownTaskError
 from ..model import ClaimedRun, ErrorInfo, Outcome
 from ..observability import tracing
-from ..observability.logs import bound_run, current_run
 from ..run_context import RunContext, context_arguments
 from ..serialization import dumps
 from ..states import AttemptOutcome
 from ..task import Task
-from .capture import AttemptLog, capturing
-from .interrupt import CancelToken, Interrupted, interrupt_thread, using_token
+from .capture import CURRENT_LOG, AttemptLog
+from .interrupt import CURRENT_TOKEN, CancelToken, Interrupted, interrupt_thread
 from .isolation import ProcessResult, run_in_process
 
 TIMEOUT = "timeout"
@@ -39,13 +41,179 @@ THREAD_POLITE_SECONDS = 0.5
 """How long a thread task may take to notice its cancel token before it is interrupted."""
 
 
-@dataclass(slots=True)
-class _ThreadCall:
-    """The thread running a task; ``thread_id`` is cleared, under ``lock``, once it is done,
-    so an interrupt can never land in the pool's own code after the task returned."""
+_FINISHED = "finished"
+"""What an attempt's wait ends with when its body returned or raised (else: a reason)."""
 
-    thread_id: int | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
+
+class _ThreadCall:
+    """One call of a sync task, handed to a slot thread.
+
+    ``thread_id`` is set while the task runs and cleared, under ``lock``, once it is done, so
+    an interrupt can never land in the slot thread's own code after the task returned. A call
+    dropped before a thread took it never runs; one abandoned while it runs is ``leaked`` until
+    its thread is free again.
+    """
+
+    __slots__ = (
+        "args",
+        "context",
+        "dropped",
+        "ended",
+        "error",
+        "executor",
+        "fn",
+        "kwargs",
+        "leaked",
+        "lock",
+        "log",
+        "loop",
+        "thread_id",
+        "token",
+        "value",
+        "waiter",
+    )
+
+    def __init__(
+        self,
+        executor: Executor,
+        fn: Callable[..., Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+        log: AttemptLog,
+        token: CancelToken,
+        waiter: asyncio.Future[str],
+    ) -> None:
+        self.executor = executor
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.log = log
+        self.token = token
+        # The attempt's context (its log fields, its span) goes with it to the slot thread.
+        self.context = contextvars.copy_context()
+        self.waiter = waiter
+        self.loop = waiter.get_loop()
+        self.lock = threading.Lock()
+        self.thread_id: int | None = None
+        self.dropped = False
+        self.ended = False
+        self.leaked = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def execute(self) -> None:
+        """Run the task in this (slot) thread, in a copy of its attempt's context; tell the loop."""
+        with self.lock:
+            if self.dropped:
+                return
+            self.thread_id = threading.get_ident()
+        try:
+            try:
+                self.context.run(self._call)
+            finally:
+                self._end()
+        except BaseException as exc:  # an Interrupted that landed just after the task
+            if self.error is None:
+                self.error = exc
+            self._end()  # no second one can come: one is raised per abandoned call at most
+        self.executor._thread_done(self)
+
+    def _end(self) -> None:
+        with self.lock:
+            self.thread_id = None
+            self.ended = True
+
+    def _call(self) -> None:
+        CURRENT_LOG.set(self.log)
+        CURRENT_TOKEN.set(self.token)
+        try:
+            self.value = self.fn(*self.args, **self.kwargs)
+        except BaseException as exc:
+            self.error = exc
+
+
+class _SlotThreads:
+    """Long-lived threads that run sync tasks, each taking the next call from one queue.
+
+    A call costs a deque append and, when a thread is idle, one byte written to that thread's
+    pipe. The byte is written with the GIL released (``os.write``), where a lock or a
+    ``SimpleQueue`` wakes the thread while holding it: on a busy machine the kernel then often
+    switches to the woken thread, which can only wait for the GIL its waker holds, and the
+    waker waits for a CPU (``ThreadPoolExecutor.submit`` was a sixth of the worker's GIL time).
+    Threads start when a call finds none idle, up to ``limit``; they are daemons, so a thread
+    stuck in C code never holds up the process's exit (its run was queued again).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._calls: collections.deque[_ThreadCall | None] = collections.deque()
+        self._lock = threading.Lock()
+        self._idle: list[int] = []
+        """The write ends of the pipes of threads waiting for a call."""
+        self._threads = 0
+        self._closed = False
+
+    def submit(self, call: _ThreadCall) -> None:
+        if self._closed:
+            raise RuntimeError("the worker's task threads are shut down")
+        self._calls.append(call)
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        with self._lock:
+            if self._idle:
+                wake: int | None = self._idle.pop()
+                start = False
+            else:
+                wake = None
+                start = self._threads < self._limit and not self._closed
+                if start:
+                    self._threads += 1
+            number = self._threads
+        if wake is not None:
+            os.write(wake, b"\0")
+        elif start:
+            thread = threading.Thread(
+                target=self._serve, name=f"cronbus-task_{number - 1}", daemon=True
+            )
+            thread.start()
+
+    def _serve(self) -> None:
+        calls, lock, idle = self._calls, self._lock, self._idle
+        read, write = os.pipe()
+        try:
+            while True:
+                try:
+                    call = calls.popleft()
+                except IndexError:
+                    with lock:
+                        if calls:
+                            continue  # a call came between the two looks
+                        idle.append(write)
+                    os.read(read, 1)  # the GIL is free while this thread waits
+                    continue
+                if call is None:
+                    return
+                call.execute()
+                del call
+        finally:
+            with lock:
+                self._threads -= 1
+                if write in idle:
+                    idle.remove(write)
+            os.close(read)
+            os.close(write)
+
+    def shutdown(self) -> None:
+        """Let every thread end once it is free (idle ones at once)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            threads = self._threads
+        for _ in range(threads):
+            self._calls.append(None)
+            self._wake_one()
 
 
 class RemoteError(Exception):
@@ -74,14 +242,14 @@ class Executor:
         self.max_leaked = concurrency
         self.leaked = 0
         self._on_thread_freed = on_thread_freed
-        # Leaked threads keep their pool thread, so the pool has room for them on top.
-        self.pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=concurrency + self.max_leaked, thread_name_prefix="cronbus-task"
-        )
+        # Leaked threads keep their slot thread, so there is room for them on top.
+        self._threads = _SlotThreads(concurrency + self.max_leaked)
+        self._done_lock = threading.Lock()
+        self._done: list[_ThreadCall] = []
 
     def shutdown(self) -> None:
-        """Stop the pool without waiting for leaked threads."""
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the task threads without waiting for leaked ones."""
+        self._threads.shutdown()
 
     async def run(self, claimed: ClaimedRun, interrupt: asyncio.Future[str]) -> Outcome | None:
         """Execute one attempt; None when the lease was lost (the outcome is not ours to tell)."""
@@ -97,13 +265,14 @@ class Executor:
             return self._failed(claimed, AttemptOutcome.FAILED, _info(error), "", None)
         log = AttemptLog(self.log_limit)
         token = CancelToken()
+        if task.isolation == "thread":
+            return await self._run_thread(task, claimed, interrupt, log, token)
         body = asyncio.ensure_future(self._body(task, claimed, log, token))
-        done, _ = await asyncio.wait(
-            {body, interrupt}, timeout=claimed.timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-        if body in done:
+        waiter = asyncio.get_running_loop().create_future()
+        body.add_done_callback(functools.partial(_body_ended, waiter))
+        reason = await _until(waiter, interrupt, claimed.timeout)
+        if body.done():
             return self._settle(task, claimed, body, log)
-        reason = interrupt.result() if interrupt.done() else TIMEOUT
         token.cancel(reason)
         await self._stop(task, body)
         logs = log.getvalue()
@@ -126,69 +295,86 @@ class Executor:
                 token=token,
                 log_limit=self.log_limit,
             )
-        args, kwargs = claimed.args, claimed.kwargs
-        if task.takes_context:
-            ctx = RunContext(claimed, task, token, asyncio.get_running_loop())
-            args, kwargs = context_arguments(task, args, kwargs, ctx)
-        if task.isolation == "async":
-            with capturing(log), using_token(token):
-                return await task.fn(*args, **kwargs)
-        return await self._in_thread(task, args, kwargs, log, token)
+        args, kwargs = _arguments(task, claimed, token)
+        # The body's own task: its context is a copy that ends with it, so no reset is needed.
+        CURRENT_LOG.set(log)
+        CURRENT_TOKEN.set(token)
+        return await task.fn(*args, **kwargs)
 
-    async def _in_thread(
+    # -- thread tasks --------------------------------------------------------------------------
+    async def _run_thread(
         self,
         task: Task[Any, Any],
-        args: list[Any],
-        kwargs: dict[str, Any],
+        claimed: ClaimedRun,
+        interrupt: asyncio.Future[str],
         log: AttemptLog,
         token: CancelToken,
-    ) -> Any:
-        call = _ThreadCall()
-        run = current_run()  # the pool's threads do not inherit the attempt's context
-
-        def target() -> Any:
-            call.thread_id = threading.get_ident()
-            try:
-                with capturing(log), using_token(token), bound_run(run):
-                    return task.fn(*args, **kwargs)
-            finally:
-                with call.lock:
-                    call.thread_id = None
-
-        future = self.pool.submit(tracing.carry(target))  # the attempt's span in the thread
+    ) -> Outcome | None:
+        """A sync task on a slot thread: one queue hand-off there, one batched wake-up back."""
         try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            self._abandon(future, call)
-            raise
+            args, kwargs = _arguments(task, claimed, token)
+        except Exception as exc:  # arguments the store gave that are not JSON
+            return self._failed(claimed, AttemptOutcome.FAILED, _info(exc), "", task, exc)
+        waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        call = _ThreadCall(self, task.fn, args, kwargs, log, token, waiter)
+        self._threads.submit(call)
+        reason = await _until(waiter, interrupt, claimed.timeout)
+        if call.ended:
+            error = call.error
+            if error is not None:
+                return self._failed(
+                    claimed, AttemptOutcome.FAILED, _info(error), log.getvalue(), task, error
+                )
+            return self._succeeded(claimed, call.value, log.getvalue(), task)
+        token.cancel(reason)
+        self._abandon(call)
+        return self._interrupted(task, claimed, reason, log.getvalue())
 
-    def _abandon(self, future: concurrent.futures.Future[Any], call: _ThreadCall) -> None:
+    def _thread_done(self, call: _ThreadCall) -> None:
+        """In a slot thread: a call ended. Calls that end together share one wake-up of the
+        loop (one write to its self-pipe)."""
+        with self._done_lock:
+            self._done.append(call)
+            first = len(self._done) == 1
+        if first:
+            try:
+                call.loop.call_soon_threadsafe(self._wake_waiters)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                with self._done_lock:
+                    self._done.clear()
+
+    def _wake_waiters(self) -> None:
+        with self._done_lock:
+            done, self._done = self._done, []
+        for call in done:
+            if not call.waiter.done():
+                call.waiter.set_result(_FINISHED)
+            if call.leaked:
+                self.leaked -= 1
+                self._on_thread_freed()
+
+    def _abandon(self, call: _ThreadCall) -> None:
         """Stop waiting for a thread task; count it until its thread is free.
 
         The task's cancel token is already set; a task that does not stop within
-        ``THREAD_POLITE_SECONDS`` gets :class:`Interrupted` raised in its thread.
+        ``THREAD_POLITE_SECONDS`` gets :class:`Interrupted` raised in its thread. A call no
+        thread took yet never runs.
         """
-        if future.cancel():
-            return
+        with call.lock:
+            if call.ended:
+                return
+            if call.thread_id is None:
+                call.dropped = True
+                return
+            call.leaked = True
         self.leaked += 1
-        loop = asyncio.get_running_loop()
 
         def force() -> None:
             with call.lock:
                 if call.thread_id is not None:
                     interrupt_thread(call.thread_id, Interrupted)
 
-        loop.call_later(THREAD_POLITE_SECONDS, force)
-
-        def freed(_: concurrent.futures.Future[Any]) -> None:
-            def release() -> None:
-                self.leaked -= 1
-                self._on_thread_freed()
-
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(release)
-
-        future.add_done_callback(freed)
+        call.loop.call_later(THREAD_POLITE_SECONDS, force)
 
     async def _stop(self, task: Task[Any, Any], body: asyncio.Future[Any]) -> None:
         if task.isolation == "process":
@@ -299,6 +485,62 @@ class Executor:
             logs=logs,
             retry_at=retry_at,
         )
+
+
+def _body_ended(waiter: asyncio.Future[str], _: object) -> None:
+    if not waiter.done():
+        waiter.set_result(_FINISHED)
+
+
+def _decoded(text: str) -> Any:
+    """Arguments as stored: the empty forms without a parse."""
+    if text == "[]":
+        return []
+    if text == "{}":
+        return {}
+    return json.loads(text)
+
+
+def _arguments(
+    task: Task[Any, Any], claimed: ClaimedRun, token: CancelToken
+) -> tuple[list[Any], dict[str, Any]]:
+    """The call's arguments, decoded once, with the run context where the task takes it."""
+    args, kwargs = _decoded(claimed.args_json), _decoded(claimed.kwargs_json)
+    if task.takes_context:
+        ctx = RunContext(claimed, task, token, asyncio.get_running_loop())
+        args, kwargs = context_arguments(task, args, kwargs, ctx)
+    return args, kwargs
+
+
+async def _until(
+    waiter: asyncio.Future[str], interrupt: asyncio.Future[str], timeout: float | None
+) -> str:
+    """Wait for ``waiter`` (set to :data:`_FINISHED` when the body ended), an interrupt, or the
+    timeout; return what ended the wait (``_FINISHED``, the interrupt's reason, ``TIMEOUT``).
+
+    Callbacks and one timer handle, where ``asyncio.wait`` made a task set, a future and
+    callbacks on each awaited future per call.
+    """
+
+    def interrupted(_: asyncio.Future[str]) -> None:
+        if not waiter.done():
+            waiter.set_result(interrupt.result())
+
+    def timed_out() -> None:
+        if not waiter.done():
+            waiter.set_result(TIMEOUT)
+
+    if interrupt.done():
+        interrupted(interrupt)
+    else:
+        interrupt.add_done_callback(interrupted)
+    timer = None if timeout is None else waiter.get_loop().call_later(timeout, timed_out)
+    try:
+        return await waiter
+    finally:
+        interrupt.remove_done_callback(interrupted)
+        if timer is not None:
+            timer.cancel()
 
 
 def _info(error: BaseException) -> ErrorInfo:

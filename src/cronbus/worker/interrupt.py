@@ -50,8 +50,12 @@ class CancelToken:
     Cancelling is one-way and happens at most once: the first reason is kept.
     """
 
+    __slots__ = ("_callbacks", "_event", "_lock", "_reason")
+
     def __init__(self) -> None:
-        self._event = threading.Event()
+        # The event is made by the first wait: most attempts never wait on their token, and an
+        # Event (a Condition and two locks) cost more than the rest of the token.
+        self._event: threading.Event | None = None
         self._lock = threading.Lock()
         self._reason: str | None = None
         self._callbacks: list[Callable[[str], object]] = []
@@ -59,7 +63,7 @@ class CancelToken:
     @property
     def cancelled(self) -> bool:
         """Whether :meth:`cancel` was called."""
-        return self._event.is_set()
+        return self._reason is not None
 
     @property
     def reason(self) -> str | None:
@@ -73,13 +77,21 @@ class CancelToken:
                 return
             self._reason = reason
             callbacks, self._callbacks = self._callbacks, []
-        self._event.set()
+            event = self._event
+        if event is not None:
+            event.set()
         for callback in callbacks:
             _run_callback(callback, reason)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until cancelled or ``timeout`` seconds passed; True when cancelled."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._reason is not None:
+                return True
+            event = self._event
+            if event is None:
+                event = self._event = threading.Event()
+        return event.wait(timeout)
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`Interrupted` with the reason when the token was cancelled."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from logging import INFO
 
 from ..model import ClaimedRun, Outcome
 from ..states import AttemptOutcome
@@ -21,6 +22,8 @@ def report_all(ended: Sequence[tuple[ClaimedRun, Outcome]], done: Sequence[bool]
 
 def report(claimed: ClaimedRun, outcome: Outcome, recorded: bool) -> None:
     """One log line per ended attempt, with a stable ``action`` field."""
+    if recorded and outcome.outcome is AttemptOutcome.SUCCEEDED and not log.isEnabledFor(INFO):
+        return  # the common line, when nobody reads it: no text made
     # "attempt N" is the attempt's number as `runs show` gives it (1, 2, ... in start order,
     # lost attempts included); "try k of m" counts the retry budget, which lost ones do not use.
     what = (

@@ -39,6 +39,8 @@ _REAP_BATCH = 1000
 _KEY_LOCK_SPACE = 0x63627573
 """First key of the advisory locks on concurrency keys ('cbus'), apart from other users'."""
 _NO_CLAIM = ClaimRequest(worker_id="", queues=(), limit=0, lease_seconds=0.0)
+_ENDED_WAKEUPS = {state: wakeups(state) for state in RunState}
+"""The wake-ups of each state for runs without a key, made once (a few sets each, per run)."""
 
 
 class PostgresLeases(Connected):
@@ -140,7 +142,7 @@ class PostgresLeases(Connected):
         awaiting: list[int] = []
         for run_id, _, state, job_id, key, has_children, after, parent, index in ended:
             new = RunState(state)
-            tx.nudges.update(wakeups(new, key))
+            tx.nudges.update(_ENDED_WAKEUPS[new] if key is None else wakeups(new, key))
             if new is RunState.WAITING:
                 awaiting.append(run_id)
             elif parent is not None and new.terminal:

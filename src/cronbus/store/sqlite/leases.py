@@ -38,6 +38,8 @@ from .rows import Row, attempt_params, execute, finish_params, sequence
 
 _REAP_BATCH = 1000
 _NO_CLAIM = ClaimRequest(worker_id="", queues=(), limit=0, lease_seconds=0.0)
+_ENDED_WAKEUPS = {state: wakeups(state) for state in RunState}
+"""The wake-ups of each state for runs without a key, made once (a few sets each, per run)."""
 
 
 class SqliteLeases(Connected):
@@ -189,7 +191,10 @@ class SqliteLeases(Connected):
                 change, decision = own_end(change, _tally(row))
                 if decision is Settle.REDUCE:
                     reducing.append((outcome.run_id, row[12]))
-            nudges.update(wakeups(change.state, row[5] or row[14]))
+            key = row[5] or row[14]
+            nudges.update(
+                _ENDED_WAKEUPS[change.state] if key is None else wakeups(change.state, key)
+            )
             if change.state.terminal:
                 if row[4] is not None:
                     ended_jobs.append(outcome.run_id)

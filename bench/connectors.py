@@ -393,13 +393,15 @@ async def failover(rig: Rig, args: argparse.Namespace) -> Outcome:
             first = workers.start()
             ids = await workers.ready(first)
             await Services(app).connectors.create(SOURCE, "sql-source", source)
-            trickle = asyncio.create_task(_trickle(table, args.trickle))
+            stop = asyncio.Event()
+            trickle = asyncio.create_task(_trickle(table, args.trickle, stop))
             try:
                 timing = await _kill_holder(workers, first, ids[first.pid], args)
             finally:
-                trickle.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await trickle
+                # Not cancelled: an insert in its thread would go on after the topic was read,
+                # and its rows be counted as lost.
+                stop.set()
+                await trickle
 
             async def caught_up() -> bool:
                 return await _source_position() >= table.last
@@ -427,11 +429,12 @@ async def failover(rig: Rig, args: argparse.Namespace) -> Outcome:
     return out
 
 
-async def _trickle(table: Table, count: int) -> None:
-    """Insert ``count`` rows every TRICKLE_SECONDS until cancelled."""
-    while True:
+async def _trickle(table: Table, count: int, stop: asyncio.Event) -> None:
+    """Insert ``count`` rows every TRICKLE_SECONDS until ``stop`` is set."""
+    while not stop.is_set():
         await asyncio.to_thread(table.insert, count)
-        await asyncio.sleep(TRICKLE_SECONDS)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), TRICKLE_SECONDS)
 
 
 @dataclass(frozen=True)

@@ -156,14 +156,16 @@ class Database:
             self.identity = file_identity(self._where)
             lock = os.path.abspath(self.path) + "-writer.lock"
             self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        if create:
-            # Retention frees pages that incremental vacuum gives back (0013). The mode sticks
-            # only if set before the first table: on a file with tables this does nothing.
-            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         # Switching a new file to WAL fails at once with "database is locked" when another
         # process switches it too (SQLite's busy handler does not wait there): queue on the
-        # writers' lock, as processes started together all do.
+        # writers' lock, as processes started together all do. Setting auto_vacuum can fail
+        # the same way, so it queues too.
         with self._writer_lock():
+            if create:
+                # Retention frees pages that incremental vacuum gives back (0013). The mode
+                # sticks only if set before the first table: on a file with tables it does
+                # nothing.
+                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
             conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
         if self.path != MEMORY:

@@ -25,7 +25,7 @@ import gc
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from .app import App
@@ -240,21 +240,16 @@ class Roles:
             self.worker.request_stop(hurry=hurry)
 
 
-@contextlib.asynccontextmanager
-async def _metrics_served(app: App, sock: socket.socket | None) -> AsyncIterator[None]:
+def _metrics_served(
+    app: App, sock: socket.socket | None
+) -> contextlib.AbstractAsyncContextManager[object]:
     """Serve ``/metrics`` on ``sock`` (if any) while the roles run."""
     if sock is None:
-        yield
-        return
+        return contextlib.nullcontext()
     # Imported here: a process without a metrics port never loads prometheus_client for it.
-    from .observability.exposition import MetricsServer
+    from .observability.exposition import served
 
-    server = MetricsServer(app, sock)
-    await server.start()
-    try:
-        yield
-    finally:
-        await server.stop()
+    return served(app, sock)
 
 
 def _chores(app: App) -> list[Chore]:

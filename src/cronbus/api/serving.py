@@ -14,13 +14,13 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import uvicorn
 
 from ..app import App
 from ..errors import ConfigurationError
-from ..observability.exposition import MetricsServer
+from ..observability.exposition import served
 from .app import create_api
 from .settings import ApiSettings
 
@@ -117,17 +117,11 @@ class ApiServer:
             self.server.force_exit = True
 
 
-@contextlib.asynccontextmanager
-async def _metrics_served(app: App, sock: socket.socket | None) -> AsyncIterator[None]:
-    if sock is None:
-        yield
-        return
-    server = MetricsServer(app, sock)
-    await server.start()
-    try:
-        yield
-    finally:
-        await server.stop()
+def _metrics_served(
+    app: App, sock: socket.socket | None
+) -> contextlib.AbstractAsyncContextManager[object]:
+    """Serve ``/metrics`` on ``sock`` (if any) beside the API's own ``/metrics``."""
+    return contextlib.nullcontext() if sock is None else served(app, sock)
 
 
 async def serve_api(

@@ -13,10 +13,11 @@ jobs, subscriptions, topics), never arguments, payloads or ids. Bind it to a pri
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -37,6 +38,7 @@ __all__ = [
     "exposition_of",
     "listen_metrics",
     "metrics_port",
+    "served",
 ]
 
 log = logging.getLogger("cronbus.metrics")
@@ -166,3 +168,14 @@ class MetricsServer:
             await self._runner.cleanup()
             self._runner = None
         self.sock.close()
+
+
+@contextlib.asynccontextmanager
+async def served(app: App, sock: socket.socket) -> AsyncIterator[MetricsServer]:
+    """Serve ``/metrics`` of ``app`` on ``sock`` while the block runs (the app must be open)."""
+    server = MetricsServer(app, sock)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()

@@ -351,6 +351,16 @@ def test_server_json_logs_and_both_ports(roles: Roles) -> None:
             ),
             f"the run at {url}",
         )
+    # The every-second job's first run too, which the log lines are checked for below: on a
+    # fast start the deferred run can be done before the job's first fire.
+    wait_for(
+        metrics_url,
+        lambda s: (
+            value(s, "cronbus_runs_total", task="metapp.tick", queue="default", outcome="succeeded")
+            >= 1
+        ),
+        "the job's first run",
+    )
     (err,) = roles.stop_all()
     lines = [json.loads(line) for line in err.splitlines() if line.strip()]
     assert lines, "no log lines"

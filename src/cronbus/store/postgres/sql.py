@@ -14,6 +14,12 @@ from ..rows import RUN_COLUMNS as _RUN_COLUMNS
 from ..rows import RUN_FROM as _RUN_FROM
 
 
+def _compact(statement: str) -> str:
+    """``statement`` without its indentation and blank lines (it holds no string literal that
+    spans lines, nor ``--`` comments)."""
+    return "\n".join(line.strip() for line in statement.splitlines() if line.strip())
+
+
 def _value(value: str | int) -> str:
     """A single state, lane or policy as an SQL literal (enum constants, never user input)."""
     return f"'{value}'" if isinstance(value, str) else str(value)
@@ -142,8 +148,13 @@ _READY_ORDER = "r.lane, r.priority DESC, r.eta, r.id"
 # theirs, in order, each up to its `most` in all (NULL: no bound). Every candidate is locked
 # (SKIP LOCKED) as it is read, through the runs_ready index; the final LIMIT may leave a few
 # leftovers locked until the commit when several queues filled their share, which only hides
-# them from other claimers for a moment.
-PICK = f"""
+# them from other claimers for a moment. The payloads are joined by one index probe per picked
+# run: as a plain join, the planner (which cannot know how few rows the lateral picks give)
+# hashed the whole of run_payloads on every claim, 35-125 ms with 100,000 runs queued.
+# The text is compacted (see _compact): psycopg caches the parsing of statements up to 4 kB
+# only, and parsing this one on every claim was 3% of a busy worker's time.
+PICK = _compact(
+    f"""
 WITH {_LIMITED}
 shares AS (
     SELECT queue, least(lim, coalesce(most, lim)) AS lim, most, ord
@@ -188,15 +199,13 @@ SELECT p.id, p.attempts, p.used, p.task, p.queue, p.max_attempts, p.timeout, p.e
     p.concurrency_key, p.overlap, p.job_id, pl.args, pl.kwargs, p.limit_key, p.limit_max,
     p.rate_key, p.rate_max, p.rate_period, p.parent_id, p.child_index, p.shard_total, pl.trace
 FROM picked p
--- One index probe per picked run: as a plain join, the planner (which cannot know how few rows
--- the lateral picks give) hashed the whole of run_payloads on every claim, 35-125 ms with
--- 100,000 runs queued.
 LEFT JOIN LATERAL (
     SELECT x.args, x.kwargs, x.trace FROM run_payloads x WHERE x.run_id = p.id LIMIT 1
 ) pl ON true
 ORDER BY p.pass, p.ord, p.lane, p.priority DESC, p.eta, p.id
 LIMIT %(limit)s
 """
+)
 # Start picked runs (locked by this transaction) under a lease, with one attempt each and the
 # claim's random fence; attempt ids are drawn in pick order.
 START = f"""

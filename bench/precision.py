@@ -14,6 +14,11 @@ and each run's fire time (or due time) and result are read from the store:
   are left out);
 * delayed lateness = task start - the run's ``eta`` (the due time stored at defer).
 
+Beside the cron figures, ``fires`` (distinct fires found / jobs x whole seconds in the window)
+and ``duplicates``: the runs beyond one per (job, fire time) in the window. cronbus creates one
+run per fire however many schedulers run (each job advances by compare-and-set), so that must be
+0; it is worth reading with ``--schedulers`` above 1.
+
 Layouts:
 
 * ``inprocess``: a :class:`~cronbus.scheduler.Scheduler` and a
@@ -21,14 +26,16 @@ Layouts:
   (what ``cronbus server`` does); the benchmark adds jobs and defers on that loop too.
 * ``process``: the scheduler and the worker each in a process of their own
   (``bench/_roles.py --role scheduler`` and ``--role worker``); the benchmark only adds the jobs,
-  defers and reads the results.
+  defers and reads the results. ``--schedulers N`` starts N scheduler processes on the one
+  store (issue 15's "3 schedulers running"); they race for the same fires.
 * ``both`` (not run by default): one ``bench/_roles.py --role both`` process runs the two roles
   on one loop, the benchmark defers from outside.
 
 Figures in milliseconds: p50, p99 (linear interpolation between closest ranks) and max. Targets
 for p99: under 5 ms with the roles in one process, under 10 ms across processes.
 
-Example: ``.venv/bin/python bench/precision.py --jobs 20 --duration 15``
+Examples: ``.venv/bin/python bench/precision.py --jobs 20 --duration 15``;
+``.venv/bin/python bench/precision.py --layouts process --schedulers 3``
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import math
 import os
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,7 +88,9 @@ class Samples:
     cron: list[float] = field(default_factory=list)
     delayed: list[float] = field(default_factory=list)
     fires: int = 0
-    """Cron runs in the measured window (succeeded or not)."""
+    """Distinct (job, fire time) pairs of the cron runs in the measured window."""
+    duplicates: int = 0
+    """Cron runs in the window beyond one per (job, fire time): a fire run twice. Must be 0."""
     fires_expected: int = 0
     """Jobs x whole seconds in the measured window."""
     failed: int = 0
@@ -157,6 +167,7 @@ def _samples(
     """Lateness (ms) of the cron runs fired in [start, end] and of the delayed runs."""
     out = Samples(load=os.getloadavg()[0])
     out.fires_expected = args.jobs * max(0, math.floor(end) - math.ceil(start) + 1)
+    per_fire: Counter[tuple[int, float]] = Counter()
     for run in runs:
         if run.id in delayed_ids:
             due = run.eta
@@ -164,13 +175,17 @@ def _samples(
         elif run.job_id is not None and run.fire_at is not None and start <= run.fire_at <= end:
             due = run.fire_at
             into = out.cron
-            out.fires += 1
+            per_fire[run.job_id, run.fire_at] += 1
         else:
             continue
         if run.state is not RunState.SUCCEEDED or not isinstance(run.result, float):
             out.failed += 1
             continue
         into.append(1000 * (run.result - due))
+    # Counted per fire, not per run: a fire run twice must show as a duplicate, not make up
+    # for a fire that was missed.
+    out.fires = len(per_fire)
+    out.duplicates = sum(per_fire.values()) - len(per_fire)
     return out
 
 
@@ -211,6 +226,11 @@ async def _create_schema(url: str) -> None:
         pass
 
 
+def schedulers_of(layout: str, args: argparse.Namespace) -> int:
+    """How many schedulers run in ``layout``: ``--schedulers`` for ``process``, else one."""
+    return args.schedulers if layout == "process" else 1
+
+
 def measure_layout(url: str, layout: str, args: argparse.Namespace) -> Samples:
     """Run one layout on a store and return its samples."""
     task = stamp if args.task == "async" else stamp_sync
@@ -221,10 +241,13 @@ def measure_layout(url: str, layout: str, args: argparse.Namespace) -> Samples:
     options: dict[str, Any] = {"queues": queue, "concurrency": args.concurrency}
     with contextlib.ExitStack() as stack:
         if layout == "process":
+            # Every scheduler is ready (its first pass done) before the jobs are added, so
+            # they all race for the first fire as they do for the later ones.
             procs = [
-                stack.enter_context(RoleProcess(url, "scheduler", lookahead=args.lookahead)),
-                stack.enter_context(RoleProcess(url, "worker", **options)),
+                stack.enter_context(RoleProcess(url, "scheduler", lookahead=args.lookahead))
+                for _ in range(schedulers_of(layout, args))
             ]
+            procs.append(stack.enter_context(RoleProcess(url, "worker", **options)))
         else:
             procs = [
                 stack.enter_context(RoleProcess(url, "both", lookahead=args.lookahead, **options))
@@ -281,6 +304,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_LOOKAHEAD,
         help=f"the scheduler's look-ahead, s (default {DEFAULT_LOOKAHEAD}, the scheduler's own)",
     )
+    parser.add_argument(
+        "--schedulers",
+        type=int,
+        default=1,
+        help="scheduler processes of the process layout, on the one store (default 1; "
+        "the other layouts run one)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the delays")
     return parser
 
@@ -296,6 +326,8 @@ def main(argv: list[str] | None = None, *, environment: bool = True) -> list[Fig
             raise SystemExit(f"unknown layout {layout!r}; use {', '.join(LAYOUTS)}")
     if args.duration <= args.warmup:
         raise SystemExit("--duration must be longer than --warmup")
+    if args.schedulers < 1:
+        raise SystemExit("--schedulers must be at least 1")
     figures: list[Figure] = []
     heading("precision: task start - due time, idle workers (ms)")
     with Stores(args.store) as stores:
@@ -312,10 +344,18 @@ def _report(
 ) -> list[Figure]:
     """Print and return the figures of one layout."""
     figures: list[Figure] = []
+    schedulers = schedulers_of(layout, args)
+    # The figures of several schedulers are named apart, so that a summary over runs with
+    # different counts (or the table of one run) never merges them; one scheduler keeps the
+    # names the figures always had.
+    where = layout if schedulers == 1 else f"{layout}, {schedulers} schedulers"
     series = {
         f"{args.jobs} every-second cron jobs": (
             samples.cron,
-            {"fires": f"{samples.fires}/{samples.fires_expected}"},
+            {
+                "fires": f"{samples.fires}/{samples.fires_expected}",
+                "duplicates": samples.duplicates,
+            },
         ),
         "delayed runs": (
             samples.delayed,
@@ -327,6 +367,7 @@ def _report(
             continue
         settings: dict[str, Any] = {
             "layout": layout,
+            "schedulers": schedulers,
             "samples": len(values),
             **extra,
             "duration_s": args.duration,
@@ -344,7 +385,7 @@ def _report(
         group = [
             Figure(
                 BENCH,
-                f"{layout}: {label} {stat}",
+                f"{where}: {label} {stat}",
                 percentile(values, pct),
                 "ms",
                 settings,
@@ -353,7 +394,13 @@ def _report(
             )
             for stat, pct in (("p50", 50.0), ("p99", 99.0), ("max", 100.0))
         ]
-        figures.extend(report_group(f"{layout}: {label}", group))
+        figures.extend(report_group(f"{where}: {label}", group))
+    if samples.duplicates:
+        print(
+            f"[{BENCH}] {where}: {samples.duplicates} cron run(s) duplicated a fire "
+            "(one run per fire is what cronbus guarantees)",
+            flush=True,
+        )
     return figures
 
 

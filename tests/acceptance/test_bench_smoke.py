@@ -8,6 +8,7 @@ sizes, on SQLite, and checks that each printed its figures in the summary.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -56,6 +57,19 @@ def test_the_metrics_benchmark_runs_with_tiny_sizes() -> None:
     done = _run(ROOT / "bench" / "metrics.py", *tiny)
     for figure in ("cost of metrics", "CPU cost of metrics", "queues, cold", "calls per run"):
         assert figure in done.stdout, f"no {figure!r} figure:\n{done.stdout[-3000:]}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_precision_benchmark_runs_with_three_schedulers() -> None:
+    # Issue 15's "3 schedulers running": three scheduler processes race for every fire of the
+    # one store, and each fire must still make one run (the quick run above has one scheduler).
+    tiny = ["--jobs", "5", "--duration", "4", "--warmup", "1", "--delayed-every", "0.5"]
+    done = _run(ROOT / "bench" / "precision.py", "--layouts", "process", "--schedulers", "3", *tiny)
+    assert "process, 3 schedulers: 5 every-second cron jobs" in done.stdout, done.stdout[-3000:]
+    assert "schedulers=3" in done.stdout, done.stdout[-3000:]
+    duplicates = re.findall(r"\bduplicates=(\d+)", done.stdout)
+    assert duplicates == ["0"], done.stdout[-3000:]
 
 
 def _redis_answers() -> bool:

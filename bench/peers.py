@@ -15,7 +15,10 @@ Figures (``--figures``, by group):
   workers start; ``--workers`` (2) processes x ``--threads`` (8) slots; each is released
   when all have done their imports (a Redis gate), and the rate is runs / (last body - first
   body), both stamped by Redis itself (``TIME`` in the body's script), so neither the
-  benchmark's polling nor a queue's own tables are in the figure.
+  benchmark's polling nor a queue's own tables are in the figure. Beside it: the workers' CPU
+  seconds per 10,000 runs, and the local servers' (Redis, and PostgreSQL where it is the
+  store: every process of that name, ended backends included), per 10,000 runs and as a share
+  of the machine's CPUs over the drain.
 * ``async``: the same for cronbus with an async body (``redis.asyncio``).
 * ``defers``, no worker running: one call each from one caller (``--single``, 2,000; the
   blocking API of each: ``task.defer()``, ``task()``, ``actor.send()``); in batches of 1,000
@@ -530,6 +533,36 @@ def _until(what: str, check: Callable[[], bool], timeout: float, procs: Processe
         time.sleep(0.01)
 
 
+_SERVERS = {"postgres": "pg", "redis-server": "redis"}
+"""Local servers whose CPU the processed measurement reports (process name: label)."""
+
+
+def server_cpu_seconds(name: str) -> float:
+    """CPU time (user + system) used so far by the local server processes called ``name``
+    (``postgres``, ``redis-server``), with their children that have ended (PostgreSQL's
+    backends come and go with connections: the postmaster's reaped-children time keeps them);
+    NaN where there is no /proc. Only this machine's servers: every store here is loopback."""
+    total, wanted = 0, name.encode()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return float("nan")
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                head, _, tail = f.read().rpartition(b")")
+        except OSError:
+            continue
+        if head.split(b"(", 1)[-1] != wanted:
+            continue
+        fields = tail.split()
+        # utime, stime, cutime, cstime: fields 14-17 of stat, 12-15 after the name.
+        total += sum(int(fields[i]) for i in (11, 12, 13, 14))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def processed(
     system: System, args: argparse.Namespace, *, asynchronous: bool
 ) -> tuple[Values, Notes]:
@@ -546,6 +579,7 @@ def processed(
             if args.profile and system.cronbus:
                 procs.spy(Path(args.profile), tag, gil=args.profile_gil)
             cpu_before = procs.cpu_seconds()
+            servers_before = {n: server_cpu_seconds(n) for n in _SERVERS}
             released = time.perf_counter()
             procs.release()
             _until(
@@ -560,6 +594,7 @@ def processed(
             time.sleep(0.2)  # a duplicate run would show as a count past --runs
             count = int(conn.get(common.COUNT_KEY) or 0)
             cpu = procs.cpu_seconds() - cpu_before
+            servers = {n: server_cpu_seconds(n) - servers_before[n] for n in _SERVERS}
             shares = sorted((int(v) for v in conn.hvals(common.SHARES_KEY)), reverse=True)
     seconds = (last - first) / 1e6
     key = "processed-async" if asynchronous else "processed"
@@ -576,6 +611,14 @@ def processed(
         "release_to_done_s": round(wall, 3),
         "preload_s": round(preload, 2),
     }
+    for name, used in servers.items():
+        # The servers' CPU over the whole drain (release to done), per 10,000 runs and as a
+        # share of the machine: what tells whether PostgreSQL or the machine is the limit.
+        label = _SERVERS[name]
+        if name == "postgres" and system.key != "postgres":
+            continue
+        notes[f"{label}_cpu_s_per_10k"] = round(used * 10_000 / args.runs, 2)
+        notes[f"{label}_cpu_share"] = round(used / (wall * (os.cpu_count() or 1)), 2)
     return {key: args.runs / seconds if seconds > 0 else float("nan")}, notes
 
 

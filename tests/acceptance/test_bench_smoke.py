@@ -95,6 +95,9 @@ def test_the_peers_benchmark_runs_with_quick_sizes() -> None:
         assert figure in table, f"no {figure!r} figure:\n{table}"
     for system in ("cronbus SQLite", "Huey", "SQLite / best peer"):
         assert system in table, f"no {system!r} column:\n{table}"
+    # The servers' CPU beside each processed figure (PostgreSQL's only where it is the store).
+    assert "redis_cpu_s_per_10k=" in done.stdout
+    assert "pg_cpu_share=" not in done.stdout
 
 
 def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -100,6 +100,21 @@ def test_the_peers_benchmark_runs_with_quick_sizes() -> None:
     assert "pg_cpu_share=" not in done.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_latency_parts_benchmark_prints_every_step() -> None:
+    done = _run(ROOT / "bench" / "latency_parts.py", "--store", "sqlite", "--runs", "20")
+    counts = {}
+    for part in ("defer call", "t0 -> first wake-up", "t0 -> claim began", "claim end -> body"):
+        line = next((x for x in done.stdout.splitlines() if x.startswith(part)), "")
+        assert line, f"no {part!r} line:\n{done.stdout}"
+        counts[part] = int(line.split()[len(part.split())])
+    # Every run was deferred and claimed; a wake-up may come after a claim that was under way.
+    assert counts["defer call"] == counts["t0 -> claim began"] == 20, counts
+    assert counts["claim end -> body"] == 20, counts
+    assert counts["t0 -> first wake-up"] > 0, counts
+
+
 def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run a benchmark script to its end; it must succeed without a traceback."""
     done = subprocess.run(

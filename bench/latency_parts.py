@@ -1,0 +1,176 @@
+"""Where the time between a defer and its run's start goes, step by step (issue 15's profile of
+the idle defer -> start figure of ``bench/peers.py``).
+
+One ``cronbus worker`` process (``--concurrency`` slots) idles on a fresh store; this process
+defers ``--runs`` runs one at a time, ``--gap`` apart, each with ``t0`` = ``time.time()`` just
+before its ``defer`` call (the blocking API, as ``bench/peers.py`` measures). The worker's app
+(``bench/_parts_app.py``) stamps, in the worker, when a wake-up arrived, when each claim began
+and how long it took, and when the body started. For each run:
+
+* ``defer call``: how long ``defer`` took to return (the run is durable then);
+* ``t0 -> first wake-up``: the first wake-up of the ``runs`` channel the worker saw after ``t0``
+  (on SQLite, sent before the defer's commit; on PostgreSQL, NOTIFY at its commit);
+* ``t0 -> claim began``: the start of the claim that took the run;
+* ``claim``: that claim's transaction (``complete_and_claim``);
+* ``claim end -> body``: from the claim's return to the body's first line (the hand-off to a
+  slot thread);
+* ``t0 -> body``: the whole, as ``bench/peers.py`` reports it.
+
+Figures in milliseconds: p50, p90, p99. Example:
+``.venv/bin/python bench/latency_parts.py --store sqlite,postgres``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from _common import PG_SERVER, percentile, print_environment, stop_processes, worker_env
+
+_PARTS = (
+    "defer call",
+    "t0 -> first wake-up",
+    "t0 -> claim began",
+    "claim",
+    "claim end -> body",
+    "t0 -> body",
+)
+
+
+@contextlib.contextmanager
+def _fresh_store(kind: str, folder: Path) -> Iterator[str]:
+    """A new SQLite file in ``folder``, or a new schema on the local PostgreSQL (dropped after)."""
+    if kind == "sqlite":
+        yield f"sqlite:///{folder / 'parts.db'}"
+        return
+    import psycopg
+    from psycopg import sql
+
+    schema = f"bench_parts_{uuid.uuid4().hex[:10]}"
+    base = urlunsplit(urlsplit(PG_SERVER)._replace(query=""))
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        yield f"{base}?schema={schema}"
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def _wait_for(what: str, check: Any, timeout: float, worker: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if worker.poll() is not None:
+            raise SystemExit(f"the worker exited ({worker.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _bodies(log: Path) -> list[dict[str, Any]]:
+    return [e for e in _events(log) if e["ev"] == "body"]
+
+
+def _events(log: Path) -> list[dict[str, Any]]:
+    with open(log) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def measure(kind: str, args: argparse.Namespace, folder: Path) -> dict[str, list[float]]:
+    """Defer ``--runs`` runs at an idle worker; the parts of each run's latency, in ms."""
+    from _parts_app import app, stamp
+
+    log = folder / f"parts-{kind}.jsonl"
+    log.write_text("")
+    with _fresh_store(kind, folder) as url:
+        app.use_store(url)
+        with app:
+            command = [sys.executable, "-m", "cronbus", "worker", "--app", "_parts_app:app"]
+            command += ["--store", url, "--concurrency", str(args.concurrency)]
+            command += ["--no-connectors", "--log-level", "warning"]
+            env = {**worker_env(), "PARTS_LOG": str(log)}
+            worker = subprocess.Popen(command, env=env)
+            try:
+                for _ in range(args.warmup):
+                    before = len(_bodies(log))
+                    stamp.defer(time.time())
+                    _wait_for("a warm-up run", lambda n=before: len(_bodies(log)) > n, 60, worker)
+                time.sleep(0.2)
+                log.write_text("")
+                calls = []
+                for _ in range(args.runs):
+                    t0 = time.time()
+                    stamp.defer(t0)
+                    calls.append((t0, time.time()))
+                    time.sleep(args.gap)
+                _wait_for("every run", lambda: len(_bodies(log)) >= args.runs, 60, worker)
+            finally:
+                stop_processes([worker], 10.0)
+    return _parts(_events(log), calls)
+
+
+def _parts(
+    events: list[dict[str, Any]], calls: list[tuple[float, float]]
+) -> dict[str, list[float]]:
+    wakes = sorted(e["t"] for e in events if e["ev"] == "wake" and "runs" in e["channels"])
+    claims = sorted(
+        (e for e in events if e["ev"] == "exchange" and e["claimed"]), key=lambda e: e["t"]
+    )
+    parts: dict[str, list[float]] = {name: [] for name in _PARTS}
+    for t0, returned in calls:
+        parts["defer call"].append(returned - t0)
+    for body in (e for e in events if e["ev"] == "body"):
+        t0, started = body["t0"], body["t"]
+        parts["t0 -> body"].append(started - t0)
+        wake = next((t for t in wakes if t >= t0), None)
+        if wake is not None and wake <= started:
+            parts["t0 -> first wake-up"].append(wake - t0)
+        # The claim that took it: the last claim with runs that began before the body started.
+        taken = [c for c in claims if t0 <= c["t"] <= started]
+        if taken:
+            claim = taken[-1]
+            parts["t0 -> claim began"].append(claim["t"] - t0)
+            parts["claim"].append(claim["took"])
+            parts["claim end -> body"].append(started - claim["t"] - claim["took"])
+    return {name: [v * 1000 for v in values] for name, values in parts.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", default="sqlite,postgres", help="sqlite, postgres or both")
+    parser.add_argument("--runs", type=int, default=300, help="runs deferred (default 300)")
+    parser.add_argument("--gap", type=float, default=0.01, help="seconds between defers")
+    parser.add_argument("--warmup", type=int, default=5, help="runs deferred and left out")
+    parser.add_argument("--concurrency", type=int, default=8, help="the worker's slots")
+    args = parser.parse_args()
+    kinds = [k.strip() for k in args.store.split(",") if k.strip()]
+    for kind in kinds:
+        if kind not in ("sqlite", "postgres"):
+            parser.error(f"--store takes sqlite, postgres or both, not {kind!r}")
+    print_environment()
+    with tempfile.TemporaryDirectory(prefix="cronbus-parts-") as folder:
+        for kind in kinds:
+            parts = measure(kind, args, Path(folder))
+            print(
+                f"\n=== {kind}: defer -> start, step by step (ms; {args.runs} runs, "
+                f"{args.gap * 1000:g} ms apart, load1={os.getloadavg()[0]:.1f}) ==="
+            )
+            print(f"{'part':24s} {'n':>5s} {'p50':>7s} {'p90':>7s} {'p99':>7s}")
+            for name, values in parts.items():
+                cells = [percentile(values, p) for p in (50, 90, 99)]
+                print(f"{name:24s} {len(values):5d} " + " ".join(f"{c:7.2f}" for c in cells))
+
+
+if __name__ == "__main__":
+    main()

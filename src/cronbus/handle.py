@@ -181,8 +181,8 @@ class RunHandle:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         ended = waiters(self._app.store)
+        run = await self.fetch_async()
         while True:
-            run = await self.fetch_async()
             if run.state.terminal:
                 run = await self._resolved(run)
                 return check_ended(run) if raise_error else run
@@ -191,9 +191,13 @@ class RunHandle:
                 raise RunTimeoutError(
                     f"run {self.id} is still {run.state.value} after {timeout} seconds"
                 )
-            # Woken when the run ends (its completion nudges the "ended" channel), or at the
-            # deadline; then read it again.
-            await ended.until_ended(self.id, left)
+            # Woken when the run ends (its completion nudges the "ended" channel), with the run
+            # as read then; at the deadline (or when it could not be read), read it again.
+            woken = await ended.until_ended(self.id, left)
+            if woken is None:
+                run = await self.fetch_async()
+            else:
+                run = (await self._runs()).shown(woken)
 
     def wait(self, timeout: float | None = None, *, raise_error: bool = True) -> Run:
         """Block until the run ends and return it (see :meth:`wait_async`).

@@ -25,6 +25,7 @@ from .store.ports import Listener, wait_any
 from .store.wake import ENDED_CHANNEL
 
 if TYPE_CHECKING:
+    from .model import Run
     from .store.ports import Store
 
 log = logging.getLogger("cronbus.wait")
@@ -41,27 +42,28 @@ class RunWaiters:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._loop = asyncio.get_running_loop()
-        self._waits: dict[int, set[asyncio.Future[None]]] = {}
+        self._waits: dict[int, set[asyncio.Future[Run | None]]] = {}
         self._listener: Listener | None = None
         self._opening: asyncio.Lock = asyncio.Lock()
         self._kick = asyncio.Event()
         self._checker: asyncio.Task[None] | None = None
         self._closer: asyncio.TimerHandle | None = None
 
-    async def until_ended(self, run_id: int, timeout: float | None) -> bool:
-        """Return True once run ``run_id`` may have ended (it has, or it is gone), False
-        after ``timeout`` seconds. Read the run afterwards: this only says when to look."""
-        future: asyncio.Future[None] = self._loop.create_future()
+    async def until_ended(self, run_id: int, timeout: float | None) -> Run | None:
+        """Wait until run ``run_id`` ends, and return it as the checker read it, ended; None
+        after ``timeout`` seconds, or when the run is gone or could not be read (read it then
+        to learn which)."""
+        future: asyncio.Future[Run | None] = self._loop.create_future()
         self._waits.setdefault(run_id, set()).add(future)
         try:
             await self._listening()
             self._start()
             try:
                 async with asyncio.timeout(timeout):
-                    await future
+                    # The run as read at its end: the wait need not read it once more.
+                    return await future
             except TimeoutError:
-                return False
-            return True
+                return None
         finally:
             futures = self._waits.get(run_id)
             if futures is not None:
@@ -105,17 +107,18 @@ class RunWaiters:
             except CronbusError as exc:
                 # The store is closing or failing: let every wait read its run for itself.
                 log.debug("reading awaited runs failed: %s", exc)
-                self._release(ids)
+                self._release(dict.fromkeys(ids))
                 return
-            found = {run.id for run in runs}
-            self._release([run.id for run in runs if run.state.terminal])
-            self._release([i for i in ids if i not in found])  # gone: the wait reports it
+            found = {run.id: run for run in runs}
+            self._release({run.id: run for run in runs if run.state.terminal})
+            # Gone: the wait reads it and reports that.
+            self._release(dict.fromkeys(i for i in ids if i not in found))
 
-    def _release(self, run_ids: list[int]) -> None:
-        for run_id in run_ids:
+    def _release(self, ended: dict[int, Run | None]) -> None:
+        for run_id, run in ended.items():
             for future in self._waits.get(run_id, ()):
                 if not future.done():
-                    future.set_result(None)
+                    future.set_result(run)
 
     def _close_later(self) -> None:
         if self._closer is None and self._listener is not None:

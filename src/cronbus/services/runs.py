@@ -179,6 +179,13 @@ class RunsService:
         self._c.read()
         return self._redact.run(await self._get(run_id))
 
+    def shown(self, run: Run) -> Run:
+        """A run read from the store elsewhere (a wait's checker read it as it ended), as
+        :meth:`get` would return it: of this namespace, redacted."""
+        self._c.read()
+        self._c.owns(run.namespace, RunNotFoundError(f"no run has id {run.id}"))
+        return self._redact.run(run)
+
     async def _get(self, run_id: int) -> Run:
         run = await self._c.store.get_run(check_run_id(run_id))
         self._c.owns(run.namespace, RunNotFoundError(f"no run has id {run_id}"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import select
 import signal
 import subprocess
 import sys
@@ -128,12 +129,29 @@ def test_live_view_redraws_and_quits_on_ctrl_c(url: str) -> None:
     try:
         # Each redraw prints the queue table again: wait for at least two frames.
         while seen.count(b"QUEUED") < 2 and time.monotonic() < deadline:
-            seen += os.read(leader, 65536)
+            seen += _read_some(leader)
         assert seen.count(b"QUEUED") >= 2, seen.decode(errors="replace")
         assert b"emails" in seen
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=DEADLINE) == 0
+        # Keep reading while it stops: a redraw into a full terminal buffer blocks the view
+        # (and its exit) until someone reads, as a real terminal always does.
+        deadline = time.monotonic() + DEADLINE
+        while proc.poll() is None and time.monotonic() < deadline:
+            _read_some(leader)
+        assert proc.wait(timeout=1) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
         os.close(leader)
+
+
+def _read_some(fd: int) -> bytes:
+    """What the terminal's other end wrote within 0.1 s (b"" if nothing, or once it closed)."""
+    ready, _, _ = select.select([fd], [], [], 0.1)
+    if not ready:
+        return b""
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # EIO: every process closed its end of the terminal
+        return b""

@@ -16,6 +16,12 @@ and how long it took, and when the body started. For each run:
   slot thread);
 * ``t0 -> body``: the whole, as ``bench/peers.py`` reports it.
 
+With ``--due-in S``, each run is deferred due ``S`` seconds after its ``t0`` (``eta=``), and
+the parts after the defer are measured from that due time instead: the worker wakes by its own
+timer (wake-ups only tell it of the new due time), so ``due -> claim began`` is the timer's
+lateness and the list of queues read, and ``due -> body`` is the delayed-run lateness of
+``bench/peers.py``.
+
 Figures in milliseconds: p50, p90, p99. Example:
 ``.venv/bin/python bench/latency_parts.py --store sqlite,postgres``
 """
@@ -88,7 +94,8 @@ def _events(log: Path) -> list[dict[str, Any]]:
 
 
 def measure(kind: str, args: argparse.Namespace, folder: Path) -> dict[str, list[float]]:
-    """Defer ``--runs`` runs at an idle worker; the parts of each run's latency, in ms."""
+    """Defer ``--runs`` runs at an idle worker; the parts of each run's latency, in ms (from
+    the defer call's start, or with ``--due-in`` from the run's due time)."""
     from _parts_app import app, stamp
 
     log = folder / f"parts-{kind}.jsonl"
@@ -111,7 +118,10 @@ def measure(kind: str, args: argparse.Namespace, folder: Path) -> dict[str, list
                 calls = []
                 for _ in range(args.runs):
                     t0 = time.time()
-                    stamp.defer(t0)
+                    if args.due_in:
+                        stamp.defer(t0 + args.due_in, eta=t0 + args.due_in)
+                    else:
+                        stamp.defer(t0)
                     calls.append((t0, time.time()))
                     time.sleep(args.gap)
                 _wait_for("every run", lambda: len(_bodies(log)) >= args.runs, 60, worker)
@@ -130,6 +140,7 @@ def _parts(
     parts: dict[str, list[float]] = {name: [] for name in _PARTS}
     for t0, returned in calls:
         parts["defer call"].append(returned - t0)
+    # The body's t0 is the defer call's start, or with --due-in the run's due time.
     for body in (e for e in events if e["ev"] == "body"):
         t0, started = body["t0"], body["t"]
         parts["t0 -> body"].append(started - t0)
@@ -146,6 +157,11 @@ def _parts(
     return {name: [v * 1000 for v in values] for name, values in parts.items()}
 
 
+def _due_name(part: str) -> str:
+    """A part's name when it is measured from the due time (``--due-in``)."""
+    return part.replace("t0 ->", "due ->")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", default="sqlite,postgres", help="sqlite, postgres or both")
@@ -153,6 +169,12 @@ def main() -> None:
     parser.add_argument("--gap", type=float, default=0.01, help="seconds between defers")
     parser.add_argument("--warmup", type=int, default=5, help="runs deferred and left out")
     parser.add_argument("--concurrency", type=int, default=8, help="the worker's slots")
+    parser.add_argument(
+        "--due-in",
+        type=float,
+        default=0.0,
+        help="defer each run due this many seconds later, and measure from its due time",
+    )
     args = parser.parse_args()
     kinds = [k.strip() for k in args.store.split(",") if k.strip()]
     for kind in kinds:
@@ -162,8 +184,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cronbus-parts-") as folder:
         for kind in kinds:
             parts = measure(kind, args, Path(folder))
+            what = "defer -> start"
+            if args.due_in:
+                what = f"due time (defer + {args.due_in:g} s) -> start"
+                # Wake-ups then tell of other runs' defers, not of this run coming due.
+                parts.pop("t0 -> first wake-up")
+                parts = {_due_name(name): values for name, values in parts.items()}
             print(
-                f"\n=== {kind}: defer -> start, step by step (ms; {args.runs} runs, "
+                f"\n=== {kind}: {what}, step by step (ms; {args.runs} runs, "
                 f"{args.gap * 1000:g} ms apart, load1={os.getloadavg()[0]:.1f}) ==="
             )
             print(f"{'part':24s} {'n':>5s} {'p50':>7s} {'p90':>7s} {'p99':>7s}")

@@ -395,6 +395,9 @@ def refusals(tmp_path_factory: pytest.TempPathFactory) -> Refusals:
     return Refusals(done=done, before=before, after=cli.jobs())
 
 
+# One worker takes every case: each worker given one would run all the refusals again (30 s
+# on a busy machine).
+@pytest.mark.xdist_group("cli_jobs_refusals")
 @pytest.mark.parametrize("case", BAD_INPUT)
 def test_bad_input_is_one_line_and_changes_nothing(refusals: Refusals, case: str) -> None:
     done, message = refusals.done[case], BAD_INPUT[case][1]

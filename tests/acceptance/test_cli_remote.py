@@ -38,7 +38,12 @@ def add(a: int, b: int) -> int:
 def send_email(to: str) -> str:
     return f"sent to {to}"
 """
-pytestmark = pytest.mark.timeout(600)  # the first test also starts and seeds the server
+pytestmark = [
+    pytest.mark.timeout(600),  # the first test also starts and seeds the server
+    # One worker runs the module: each worker given a test of it would start its own server
+    # (about 20 s on a busy machine).
+    pytest.mark.xdist_group("cli_remote"),
+]
 _LISTEN = ("--host", "127.0.0.1")
 DEADLINE_SECONDS = 60.0
 """The machine running the suite may be busy: a command or a server start gets this long."""

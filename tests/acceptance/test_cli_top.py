@@ -121,7 +121,8 @@ def test_live_view_redraws_and_quits_on_ctrl_c(url: str) -> None:
         stdin=follower,
         stdout=follower,
         stderr=follower,
-        env={**env, "COLUMNS": "120", "LINES": "60"},
+        # faulthandler: a view that does not stop is made to print where it is (SIGABRT).
+        env={**env, "COLUMNS": "120", "LINES": "60", "PYTHONFAULTHANDLER": "1"},
     )
     os.close(follower)
     seen = b""
@@ -138,7 +139,11 @@ def test_live_view_redraws_and_quits_on_ctrl_c(url: str) -> None:
         deadline = time.monotonic() + DEADLINE
         while proc.poll() is None and time.monotonic() < deadline:
             _read_some(leader)
-        assert proc.wait(timeout=1) == 0
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGABRT)
+            stacks = b"".join(_read_some(leader) for _ in range(50)).decode(errors="replace")
+            raise AssertionError(f"still running {DEADLINE} s after Ctrl-C; its threads:\n{stacks}")
+        assert proc.returncode == 0
     finally:
         if proc.poll() is None:
             proc.kill()

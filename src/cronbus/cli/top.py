@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from dataclasses import asdict
 from typing import Any
 
@@ -90,12 +91,26 @@ async def _read(services: Services, before: Frame | None) -> Frame:
 
 async def _watch(services: Services, interval: float) -> None:
     """Redraw every ``interval`` seconds until Ctrl-C."""
-    frame = await _read(services, None)
-    with Live(render_frame(frame), console=render.console(), auto_refresh=False) as live:
-        while True:
-            await asyncio.sleep(interval)
-            frame = await _read(services, frame)
-            live.update(render_frame(frame), refresh=True)
+    loop, stop = asyncio.get_running_loop(), asyncio.Event()
+    # Ctrl-C sets an event the view looks at between frames, rather than cancelling whatever
+    # await it lands in: on a loaded machine one such cancel was lost, and the view went on.
+    # (Where the loop cannot take signal handlers, asyncio's own cancel stays.)
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+    try:
+        frame = await _read(services, None)
+        with Live(render_frame(frame), console=render.console(), auto_refresh=False) as live:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(interval):
+                        await stop.wait()
+                if stop.is_set():
+                    break
+                frame = await _read(services, frame)
+                live.update(render_frame(frame), refresh=True)
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
 
 
 def _frame_json(frame: Frame) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from cronbus import __version__
 from cronbus.store import Store, open_store
@@ -350,6 +350,28 @@ async def wait_for_workers(store: Store, pids: Sequence[int], timeout: float = 3
 
 
 # -- worker processes ----------------------------------------------------------------------------
+@contextlib.contextmanager
+def fresh_pg_schema(server: str, prefix: str) -> Iterator[str]:
+    """A new schema (``<prefix>_<random>``) on the PostgreSQL ``server``, as the server's URL
+    with ``schema=`` set; dropped afterwards."""
+    import psycopg  # only PostgreSQL measurements need it
+    from psycopg import sql
+
+    schema = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    base = urlunsplit(urlsplit(server)._replace(query=""))
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        parts = urlsplit(server)
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        # quote, not quote_plus: libpq reads "+" as itself (e.g. in options=-c jit=off).
+        text = urlencode({**query, "schema": schema}, quote_via=quote)
+        yield urlunsplit(parts._replace(query=text))
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
 def worker_env() -> dict[str, str]:
     """The environment of a worker process: ``bench/`` first on ``PYTHONPATH``."""
     env = dict(os.environ)

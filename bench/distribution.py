@@ -43,17 +43,17 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from _common import (
     BENCH_DIR,
     Figure,
     exit_on_sigterm,
+    fresh_pg_schema,
     heading,
     measurement_parser,
     percentile,
@@ -126,14 +126,6 @@ def slow() -> None:
 
 
 # -- stores and worker processes -------------------------------------------------------------------
-def _with_schema(server: str, schema: str) -> str:
-    parts = urlsplit(server)
-    query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    # quote, not quote_plus: libpq reads "+" as itself (e.g. in options=-c jit=off).
-    query_text = urlencode({**query, "schema": schema}, quote_via=quote)
-    return urlunsplit(parts._replace(query=query_text))
-
-
 @contextlib.contextmanager
 def fresh_store(kind: str, server: str) -> Iterator[str]:
     """A store URL for one measurement: a new SQLite file in a temporary folder, or a new
@@ -142,18 +134,8 @@ def fresh_store(kind: str, server: str) -> Iterator[str]:
         with tempfile.TemporaryDirectory(prefix="cronbus-bench-dist-") as folder:
             yield f"sqlite:///{Path(folder) / 'store.db'}"
         return
-    import psycopg  # only PostgreSQL measurements need it
-    from psycopg import sql
-
-    schema = f"bench_dist_{uuid.uuid4().hex[:10]}"
-    base = urlunsplit(urlsplit(server)._replace(query=""))
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    try:
-        yield _with_schema(server, schema)
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    with fresh_pg_schema(server, "bench_dist") as url:
+        yield url
 
 
 class Workers:

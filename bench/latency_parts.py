@@ -36,13 +36,18 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from _common import PG_SERVER, percentile, print_environment, stop_processes, worker_env
+from _common import (
+    PG_SERVER,
+    fresh_pg_schema,
+    percentile,
+    print_environment,
+    stop_processes,
+    worker_env,
+)
 
 _PARTS = (
     "defer call",
@@ -60,18 +65,8 @@ def _fresh_store(kind: str, folder: Path) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{folder / 'parts.db'}"
         return
-    import psycopg
-    from psycopg import sql
-
-    schema = f"bench_parts_{uuid.uuid4().hex[:10]}"
-    base = urlunsplit(urlsplit(PG_SERVER)._replace(query=""))
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    try:
-        yield f"{base}?schema={schema}"
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    with fresh_pg_schema(PG_SERVER, "bench_parts") as url:
+        yield url
 
 
 def _wait_for(what: str, check: Any, timeout: float, worker: subprocess.Popen[bytes]) -> None:

@@ -71,7 +71,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import redis
 
@@ -82,6 +81,7 @@ from _common import (
     Figure,
     exit_on_sigterm,
     format_value,
+    fresh_pg_schema,
     heading,
     percentile,
     print_environment,
@@ -168,21 +168,11 @@ class Processes:
     def cpu_seconds(self) -> float:
         """CPU time (user + system) used so far by every process of these processes' groups
         (Dramatiq's worker children included), from ``/proc``; NaN where there is no /proc."""
-        groups, total = set(self.pids), 0.0
-        try:
-            entries = os.listdir("/proc")
-        except OSError:
+        groups, stats = set(self.pids), _proc_stats()
+        if stats is None:
             return float("nan")
-        for entry in entries:
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) in groups:  # pgrp; utime and stime are fields 14 and 15
-                total += int(fields[11]) + int(fields[12])
+        # pgrp is field 5 of stat; utime and stime are fields 14 and 15.
+        total = sum(int(f[11]) + int(f[12]) for _, f in stats if int(f[2]) in groups)
         return total / os.sysconf("SC_CLK_TCK")
 
     def __enter__(self) -> Processes:
@@ -480,19 +470,6 @@ def flush(conn: redis.Redis) -> None:
     conn.flushdb()
 
 
-def _with_schema(server: str, schema: str) -> str:
-    parts = urlsplit(server)
-    query = [(k, v) for k, v in _query(parts.query) if k != "schema"] + [("schema", schema)]
-    # quote, not quote_plus: libpq reads "+" as itself (e.g. in options=-c jit=off).
-    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
-
-
-def _query(text: str) -> list[tuple[str, str]]:
-    from urllib.parse import parse_qsl
-
-    return parse_qsl(text, keep_blank_values=True)
-
-
 @contextlib.contextmanager
 def fresh_store(kind: str, server: str, folder: Path) -> Iterator[str]:
     """A new SQLite file in ``folder``, or a new PostgreSQL schema on ``server`` (dropped after)."""
@@ -505,18 +482,8 @@ def fresh_store(kind: str, server: str, folder: Path) -> Iterator[str]:
                 with contextlib.suppress(OSError):
                     Path(f"{path}{suffix}").unlink()
         return
-    import psycopg
-    from psycopg import sql
-
-    schema = f"bench_peers_{uuid.uuid4().hex[:10]}"
-    base = urlunsplit(urlsplit(server)._replace(query=""))
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    try:
-        yield _with_schema(server, schema)
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    with fresh_pg_schema(server, "bench_peers") as url:
+        yield url
 
 
 # -- the measurements ----------------------------------------------------------------------------
@@ -542,11 +509,22 @@ def server_cpu_seconds(name: str) -> float:
     (``postgres``, ``redis-server``), with their children that have ended (PostgreSQL's
     backends come and go with connections: the postmaster's reaped-children time keeps them);
     NaN where there is no /proc. Only this machine's servers: every store here is loopback."""
-    total, wanted = 0, name.encode()
+    stats, wanted = _proc_stats(), name.encode()
+    if stats is None:
+        return float("nan")
+    # utime, stime, cutime, cstime: fields 14-17 of stat.
+    total = sum(sum(int(f[i]) for i in (11, 12, 13, 14)) for n, f in stats if n == wanted)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stats() -> list[tuple[bytes, list[bytes]]] | None:
+    """Each process's name and the fields of its ``/proc/PID/stat`` after the name (the
+    third, its state, first); None where there is no /proc."""
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return float("nan")
+        return None
+    stats = []
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -554,13 +532,9 @@ def server_cpu_seconds(name: str) -> float:
             with open(f"/proc/{entry}/stat", "rb") as f:
                 head, _, tail = f.read().rpartition(b")")
         except OSError:
-            continue
-        if head.split(b"(", 1)[-1] != wanted:
-            continue
-        fields = tail.split()
-        # utime, stime, cutime, cstime: fields 14-17 of stat, 12-15 after the name.
-        total += sum(int(fields[i]) for i in (11, 12, 13, 14))
-    return total / os.sysconf("SC_CLK_TCK")
+            continue  # ended meanwhile
+        stats.append((head.split(b"(", 1)[-1], tail.split()))
+    return stats
 
 
 def processed(

@@ -100,7 +100,7 @@ async def _watch(services: Services, interval: float) -> None:
     try:
         frame = await _read(services, None)
         with Live(render_frame(frame), console=render.console(), auto_refresh=False) as live:
-            while not stop.is_set():
+            while True:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(interval):
                         await stop.wait()

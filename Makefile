@@ -11,7 +11,7 @@ TEST_WORKERS ?= 3
 CHROMIUM := /usr/bin/chromium
 
 
-.PHONY: test-week
+.PHONY: test-week sqlite-soak
 .PHONY: demo test check lint typecheck bench clean console-assets
 
 $(STAMP): pyproject.toml
@@ -47,6 +47,10 @@ check: test
 
 test-week: $(STAMP)  ## the retention test of issue 14 at full size: 1,000,000 runs over a simulated week
 	CRONBUS_WEEK_RUNS=1000000 CRONBUS_WEEK_STRICT=1 $(PY) -m pytest -s -q -m slow tests/integration/test_retention_week.py
+
+sqlite-soak: $(STAMP)  ## issue 30's two-process SQLite test (a role and CLI commands, two roles) for 1,000 rounds
+	CRONBUS_SQLITE_SOAK_ROUNDS=1000 $(PY) -m pytest -q -p no:cacheprovider -o timeout=7200 \
+		tests/acceptance/test_cli_store_faults.py -k second_process
 
 bench: $(BENCH_STAMP)  ## print throughput and latency figures, then cronbus beside Huey and Dramatiq
 	$(PY) bench/run.py

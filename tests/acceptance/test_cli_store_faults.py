@@ -9,6 +9,7 @@ nothing behind; commands that add something, and ``migrate``, create the store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import subprocess
@@ -162,6 +163,10 @@ async def test_a_worker_exits_when_its_sqlite_header_is_overwritten(
     role = Role("worker", tmp_path / "x.db", tmp_path / "worker.log")
     roles.append(role)
     await role.started()
+    # The worker reads the header through SQLite, which takes page 1 from the WAL while the
+    # WAL holds it: overwrite the file once its pages are checkpointed into it.
+    with contextlib.closing(sqlite3.connect(role.path, timeout=30)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     with open(role.path, "r+b") as file:
         file.write(b"\0" * 100)
     await assert_exits_on_fault(role, "is not a database any more (its header was overwritten)")
@@ -245,3 +250,54 @@ async def test_a_missing_or_empty_postgres_schema_is_no_such_store(
     assert status == 0, err
     status, out, err = await cronbus("runs", "list", "--store", url)
     assert (status, out.strip()) == (0, "no runs"), err
+
+
+ROUNDS = int(os.environ.get("CRONBUS_SQLITE_SOAK_ROUNDS", "5"))
+"""Rounds of the two-process WAL test: a few in the suite, 1,000 in ``make sqlite-soak``."""
+
+
+def wal_is_shared(path: Path, proc: subprocess.Popen[bytes]) -> None:
+    """The WAL and the shared memory file are on disk, and ``proc`` holds those very files (a
+    process that unlinked them while another used them leaves it writing to deleted files)."""
+    for suffix in ("-wal", "-shm"):
+        name = Path(f"{path}{suffix}")
+        assert name.exists(), f"{name.name} is gone while a role has the store open"
+        held = [
+            os.readlink(f"/proc/{proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{proc.pid}/fd")
+        ]
+        opened = [h for h in held if h.startswith(str(name))]
+        assert opened == [str(name)], f"the role holds {opened}, not the file on disk"
+
+
+@pytest.mark.parametrize("second", ["command", "role"])
+async def test_a_second_process_on_the_file_keeps_the_wal_and_sees_every_write(
+    tmp_path: Path, roles: list[Role], second: str
+) -> None:
+    # Issue 30: a heartbeat's file check open()ed and closed the store file, dropping the
+    # role's POSIX locks, so the next process to close the store unlinked the live WAL.
+    role = Role("server", tmp_path / "x.db", tmp_path / "server.log")
+    roles.append(role)
+    await role.started()
+    if second == "role":
+        other = Role("worker", role.path, tmp_path / "worker.log")
+        roles.append(other)
+        await other.started()
+    store = ("--store", f"sqlite:///{role.path}")
+    for round_ in range(ROUNDS):
+        status, out, err = await cronbus(
+            "defer", "apps.worker_app.noop", "--app", "apps.worker_app", *store, cwd=tmp_path
+        )
+        assert status == 0, err
+        run_id = out.split()[-1] if out.split() else ""
+        wal_is_shared(role.path, role.proc)
+
+        async def done(wanted: int = round_ + 1) -> bool:
+            status, out, err = await cronbus("runs", "list", "--json", *store, cwd=tmp_path)
+            assert status == 0, err
+            return out.count('"succeeded"') >= wanted
+
+        await until(done, timeout=DEADLINE_SECONDS)
+        wal_is_shared(role.path, role.proc)
+        if second == "role":
+            wal_is_shared(role.path, other.proc)
+        assert run_id

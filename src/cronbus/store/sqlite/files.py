@@ -18,6 +18,7 @@ HEADER = b"SQLite format 3\x00"
 BROKEN = frozenset({10, 11, 14, 26})
 """SQLite's primary result codes for a file that is broken, not busy: SQLITE_IOERR, _CORRUPT,
 _CANTOPEN and _NOTADB."""
+_NOTADB = 26
 
 
 def read_versions(path: str, busy_timeout: float) -> migrations.SchemaVersions:
@@ -65,12 +66,23 @@ def file_fault(path: str, identity: tuple[int, int], shown: str = "") -> str | N
         return f"the store file {name} cannot be read: {exc.strerror or exc}"
     if now != identity:
         return f"the store file {name} was deleted or replaced (another file is there now)"
+    # Never open() the file itself: closing any descriptor of it drops every POSIX lock this
+    # process holds on it (SQLite's "How To Corrupt", 2.2), and the next process to close the
+    # store then thinks it is the last user, checkpoints and unlinks the WAL under the roles.
+    # A second SQLite connection is safe: SQLite shares one inode's locks among a process's
+    # connections and keeps a descriptor open while its locks are held.
     try:
-        with open(path, "rb") as file:
-            head = file.read(len(HEADER))
-    except OSError as exc:
-        return f"the store file {name} cannot be read: {exc.strerror or exc}"
-    if head != HEADER:
+        probe = sqlite3.connect(uri(path, "ro"), uri=True, timeout=0)
+        with contextlib.closing(probe) as conn:
+            head = conn.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.DatabaseError as exc:
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        if code == _NOTADB:
+            return f"the store file {name} is not a database any more (its header was overwritten)"
+        if code in BROKEN:
+            return f"the store file {name} cannot be read: {exc}"
+        return None  # busy or locked: no fault, the roles wait or retry
+    if head is None:
         return f"the store file {name} is not a database any more (its header was overwritten)"
     return None
 

@@ -148,8 +148,10 @@ def validation_problem(exc: RequestValidationError, instance: str | None = None)
 
 _TYPE_TAGS = frozenset(
     {"str", "int", "float", "bool", "bytes", "dict", "list", "tuple", "set", "none"}
-    | {"timedelta", "datetime", "date", "time", "decimal", "uuid", "url", "json"}
+    | {"timedelta", "datetime", "decimal", "uuid", "url", "json"}
 )
+"""The tags pydantic gives union members of these types. Not ``date`` and ``time``: no request
+union has such a member, and ``time`` is a field (an event's), which must not be cut off."""
 
 
 def _is_type_tag(part: str) -> bool:

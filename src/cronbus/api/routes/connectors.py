@@ -4,11 +4,9 @@ restart, delete, and each connector's dead records. Configs are shown masked by 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Body, Request, Response
-from pydantic import ConfigDict
 
 from ...connectors.records import DeadRecord
 from ...services.connectors import ConnectorView
@@ -16,6 +14,7 @@ from ...services.pages import decode_cursor, page_of
 from ..auth import Caller
 from ..pagination import LIMIT_DEFAULT, Cursor, Limit, PageOut, page_body
 from ..problems import responses
+from ..schemas import StrictBody
 from .common import ConnectorName as Name
 from .common import router
 
@@ -26,13 +25,10 @@ DEAD_CURSOR = "b"
 builds one from ``before``)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConnectorCreate:
+class ConnectorCreate(StrictBody):
     """A new connector: its name, its kind (a built-in or one the app registers), its config
     (a JSON object naming the ``topic``, checked by the kind), what a record that fails for
     good does, and how many tasks it may be split into."""
-
-    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     # name, kind and max_tasks are checked by the service, so a refusal reads the same through
     # the API as on the store.
@@ -48,11 +44,8 @@ class ConnectorCreate:
     """Tasks at most (1 to 100)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Restart:
+class Restart(StrictBody):
     """Which task to restart (none given: every task)."""
-
-    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     task: int | None = None
     """The task's index (checked by the service, so a refusal reads as on the store)."""

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Query, Request, Response
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from ...services.views import DeadLetter, DeadLetterResult
 from ..auth import Caller
 from ..pagination import LIMIT_DEFAULT, Cursor, Limit, PageOut, page_body
 from ..problems import responses
+from ..schemas import StrictBody
 from .common import ID_LIMIT, router
 
 dead_letters = router("dead letters")
@@ -20,11 +20,8 @@ dead_letters = router("dead letters")
 Id = Annotated[int, Field(ge=1, le=ID_LIMIT)]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DeadLetterAction:
+class DeadLetterAction(StrictBody):
     """Which dead letters to requeue or purge: ids, or every one of a kind."""
-
-    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     runs: Sequence[Id] = ()
     """Dead runs, by id."""

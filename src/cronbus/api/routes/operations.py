@@ -4,11 +4,10 @@ subscriptions) by ids or by filter, answered at once with 202 and the operation 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from fastapi import Request, Response
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from ...admin_records import Operation
 from ...events.bus import OFFSET_LIMIT
@@ -16,6 +15,7 @@ from ...services.operations import KINDS
 from ..auth import Caller
 from ..pagination import LIMIT_DEFAULT, Cursor, Limit, PageOut, page_body
 from ..problems import responses
+from ..schemas import StrictBody
 from .common import ID_LIMIT, OperationId, router
 
 operations = router("operations")
@@ -23,11 +23,8 @@ operations = router("operations")
 ItemId = Annotated[int, Field(ge=1, le=ID_LIMIT)] | Annotated[str, Field(max_length=200)]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OperationRequest:
+class OperationRequest(StrictBody):
     """A bulk action: its kind, and the ids it covers or a filter of what it covers."""
-
-    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     kind: Annotated[str, Field(description="One of: " + ", ".join(KINDS) + ".")]
     ids: Sequence[ItemId] | None = None

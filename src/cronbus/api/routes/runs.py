@@ -5,11 +5,10 @@ new run of a task."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from fastapi import Header, Query, Request, Response
-from pydantic import ConfigDict
+from pydantic import Field
 
 from ...model import Run
 from ...observability.tracing import remote_parent
@@ -19,20 +18,18 @@ from ...states import RunState
 from ..auth import Caller
 from ..pagination import LIMIT_DEFAULT, Cursor, Limit, PageOut, page_body
 from ..problems import responses
+from ..schemas import StrictBody
 from .common import ID_LIMIT, RunId, router
 
 runs = router("runs")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DeferRequest:
+class DeferRequest(StrictBody):
     """A run to create: a task of the app with its arguments and options."""
-
-    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     task: str
     args: Sequence[Any] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    kwargs: Mapping[str, Any] = Field(default_factory=dict)
     queue: str | None = None
     delay: float | None = None
     """Seconds from now (or give ``eta``)."""
@@ -113,11 +110,8 @@ async def defer(
     return result
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PurgeRequest:
+class PurgeRequest(StrictBody):
     """Finished runs to remove: those that ended at least ``older_than`` ago."""
-
-    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     older_than: float | str
     """Seconds, or like ``"30m"``, ``"12h"``, ``"1d"``; 0: every finished run."""

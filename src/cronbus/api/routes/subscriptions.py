@@ -3,11 +3,10 @@ deliveries of each with their attempts (``/v1/deliveries/{id}``). Targets are sh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from fastapi import Query, Request, Response
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from ...events.bus import OFFSET_LIMIT
 from ...events.records import Delivery
@@ -16,18 +15,21 @@ from ...services.views import DeliveryDetail, ReplayResult, SubscriptionView
 from ..auth import Caller
 from ..pagination import LIMIT_DEFAULT, Cursor, Limit, PageOut, page_body
 from ..problems import responses
-from ..schemas import SubscriptionChanges, SubscriptionCreate, changes, subscription_input
+from ..schemas import (
+    StrictBody,
+    SubscriptionChanges,
+    SubscriptionCreate,
+    changes,
+    subscription_input,
+)
 from .common import DeliveryId, router
 from .common import SubscriptionName as Name
 
 subscriptions = router("subscriptions")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Replay:
+class Replay(StrictBody):
     """Where to deliver again from: an offset, or the events published since a time."""
-
-    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     offset: Annotated[int, Field(ge=1, le=OFFSET_LIMIT)] | None = None
     """The first offset to deliver again."""

@@ -4,17 +4,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from fastapi import Path, Response
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from ...admin_records import Namespace
 from ..auth import Caller
 from ..pagination import PageOut
 from ..problems import responses
-from ..schemas import TokenOut
+from ..schemas import StrictBody, TokenOut
 from .common import router
 
 tokens = router("tokens")
@@ -24,11 +23,8 @@ TokenId = Annotated[str, Path(min_length=1, max_length=64, description="A token'
 NamespaceName = Annotated[str, Path(min_length=1, max_length=63, description="A namespace.")]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TokenRequest:
+class TokenRequest(StrictBody):
     """A token to create."""
-
-    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     name: str
     """What the token is for (shown in lists and the audit log)."""
@@ -48,11 +44,8 @@ class CreatedToken(TokenOut):
     token: str = Field(description="The token itself; store it now, it is never shown again.")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NamespaceRequest:
+class NamespaceRequest(StrictBody):
     """A namespace to create."""
-
-    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     name: str
 

@@ -3,11 +3,9 @@ read from an offset; retention."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from fastapi import Path, Query, Request, Response
-from pydantic import ConfigDict
 
 from ...events.bus import OFFSET_LIMIT, Published
 from ...events.event import Event
@@ -15,7 +13,7 @@ from ...events.records import TopicInfo
 from ..auth import Caller
 from ..pagination import LIMIT_DEFAULT, Cursor, Limit, PageOut, page_body
 from ..problems import responses
-from ..schemas import EventBatch, EventBody, event_input
+from ..schemas import EventBatch, EventBody, StrictBody, event_input
 from .common import router
 
 topics = router("topics")
@@ -23,11 +21,8 @@ topics = router("topics")
 Topic = Annotated[str, Path(min_length=1, max_length=200, description="A topic's name.")]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Retention:
+class Retention(StrictBody):
     """How much of a topic to keep (null: no bound)."""
-
-    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     max_age: float | None = None
     """Seconds an event is kept."""

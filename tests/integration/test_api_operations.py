@@ -50,6 +50,19 @@ async def test_bulk_retry_by_filter_then_by_ids(api: Api) -> None:
     # Aborting an operation that ended returns it as it is.
     aborted = await api.call("POST", f"/v1/operations/{op['id']}/abort")
     assert aborted.json()["state"] == "succeeded"
+    # Issue 30: an operation whose every item is refused (the runs ended already) ends failed.
+    again = await api.call("POST", "/v1/operations", json={"kind": "runs.cancel", "ids": ids})
+    assert again.status_code == 202
+    final.clear()
+    started = again
+
+    async def refused() -> bool:
+        final.update((await api.call("GET", f"/v1/operations/{again.json()['id']}")).json())
+        return final["state"] in ("succeeded", "failed", "aborted")
+
+    await until(refused)
+    assert (final["state"], final["done"], final["failed"]) == ("failed", 0, 3), final
+    assert final["error"], final
 
 
 async def test_operation_refusals(api: Api) -> None:

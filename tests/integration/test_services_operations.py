@@ -173,6 +173,7 @@ async def test_an_operation_without_progress_is_abandoned(services: Services, op
     assert seen.error is not None
     assert seen.error.startswith("abandoned")
     fresh = await ended(services, await services.operations.start("runs.retry", ids=[1]))
-    assert fresh.state is OperationState.SUCCEEDED  # run 1 does not exist: a failed item
+    # Run 1 does not exist: its only item failed, so the operation failed (issue 30).
+    assert (fresh.state, fresh.done, fresh.failed) == (OperationState.FAILED, 0, 1)
     assert fresh.error is not None
     assert "abandoned" not in fresh.error

@@ -286,10 +286,13 @@ class OperationsService:
             if op.state.terminal:
                 return
             summary = _summary(errors, failed)
+            # Every item refused is no success (issue 30): the operation ends failed, its
+            # summary saying why; a partly handled one ends succeeded, its failures counted.
+            ended = OperationState.FAILED if failed and not done else OperationState.SUCCEEDED
             await store.update_operation(
                 op_id,
                 self._c.now(),
-                state=OperationState.SUCCEEDED,
+                state=ended,
                 done=done,
                 failed=failed,
                 error=summary,

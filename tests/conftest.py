@@ -18,6 +18,15 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
+async def each_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store URL on each backend in turn: a fresh SQLite file, then a fresh PostgreSQL schema
+    on ``CRONBUS_TEST_PG`` (skipped locally when unreachable, failed when ``CI=true``)."""
+    if request.param == "postgres":
+        return await pg_store_url(request)
+    return f"sqlite:///{tmp_path / 'cronbus.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     """Each store backend, opened on a fresh database; the contract suite runs once per param.
 

@@ -7,12 +7,10 @@ client's methods give the local services' records."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from contract.pg import pg_store_url
 from cronbus import App
 from cronbus.client import RemoteServices
 from cronbus.model import (
@@ -49,14 +47,10 @@ def distribution_app(url: str) -> App:
     return app
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def api(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Api]:
-    """The app's API over real HTTP on a fresh SQLite file or PostgreSQL schema."""
-    if request.param == "postgres":
-        url = await pg_store_url(request)
-    else:
-        url = f"sqlite:///{tmp_path / 'api.db'}"
-    async with served(distribution_app(url)) as found:
+@pytest.fixture
+async def api(each_store_url: str) -> AsyncIterator[Api]:
+    """The app's API over real HTTP on each store in turn."""
+    async with served(distribution_app(each_store_url)) as found:
         yield found
 
 

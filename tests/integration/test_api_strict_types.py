@@ -11,28 +11,22 @@ covered by ``test_api_strict_openapi.py``; these are the cases issue 30 reported
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from contract.pg import pg_store_url
-from integration.test_api_support import Api, make_app, problem, served
+from integration.test_api_support import Api, each_api, problem
+
+__all__ = ["each_api"]
 
 NOT_NUMBERS: tuple[Any, ...] = (True, False, "1", "5", 1.5)
 """What a number field of a body refuses: booleans, numeric strings, fractions for ints."""
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def api(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Api]:
-    """The test app's API over real HTTP on a fresh SQLite file or PostgreSQL schema."""
-    if request.param == "postgres":
-        url = await pg_store_url(request)
-    else:
-        url = f"sqlite:///{tmp_path / 'api.db'}"
-    async with served(make_app(url)) as found:
-        yield found
+@pytest.fixture
+def api(each_api: Api) -> Api:
+    """The test app's API over real HTTP on each store in turn."""
+    return each_api
 
 
 async def runs_stored(api: Api) -> list[dict[str, Any]]:

@@ -134,6 +134,13 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
 
 
 @pytest.fixture
+async def each_api(each_store_url: str) -> AsyncIterator[Api]:
+    """The test app's API over real HTTP on each store in turn (SQLite, then PostgreSQL)."""
+    async with served(make_app(each_store_url)) as found:
+        yield found
+
+
+@pytest.fixture
 async def local(tmp_path: Path) -> AsyncIterator[Api]:
     """The test app's API in process (ASGI transport) on a fresh SQLite file."""
     async with in_process(make_app(f"sqlite:///{tmp_path / 'api.db'}")) as found:

@@ -78,10 +78,7 @@ def _datetime_text(value: Any) -> Any:
         return value
     if _number_text(value):
         raise ValueError("a time is ISO 8601 text (2030-01-01T00:00:00Z), not a number as text")
-    try:
-        return _DATETIME_TEXT.validate_json(json.dumps(value))
-    except ValidationError as exc:
-        raise ValueError(exc.errors()[0]["msg"]) from None
+    return _read_as_json(_DATETIME_TEXT, value)
 
 
 def _duration_text(value: Any) -> Any:
@@ -89,8 +86,14 @@ def _duration_text(value: Any) -> Any:
     check that follows."""
     if not isinstance(value, str):
         return value
+    return _read_as_json(_DURATION_TEXT, value)
+
+
+def _read_as_json(adapter: TypeAdapter[Any], text: str) -> Any:
+    """``text`` read as the JSON string it arrived as (where pydantic parses ISO 8601), its
+    refusal a plain ``ValueError`` that the body's validation reports at the field."""
     try:
-        return _DURATION_TEXT.validate_json(json.dumps(value))
+        return adapter.validate_json(json.dumps(text))
     except ValidationError as exc:
         raise ValueError(exc.errors()[0]["msg"]) from None
 

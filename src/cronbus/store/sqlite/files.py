@@ -13,8 +13,6 @@ from ...errors import StoreError
 from .. import migrations
 
 MEMORY = ":memory:"
-HEADER = b"SQLite format 3\x00"
-"""The first 16 bytes of every SQLite database file."""
 BROKEN = frozenset({10, 11, 14, 26})
 """SQLite's primary result codes for a file that is broken, not busy: SQLITE_IOERR, _CORRUPT,
 _CANTOPEN and _NOTADB."""
@@ -74,7 +72,7 @@ def file_fault(path: str, identity: tuple[int, int], shown: str = "") -> str | N
     try:
         probe = sqlite3.connect(uri(path, "ro"), uri=True, timeout=0)
         with contextlib.closing(probe) as conn:
-            head = conn.execute("PRAGMA schema_version").fetchone()
+            read_schema_version(conn)
     except sqlite3.DatabaseError as exc:
         code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
         if code == _NOTADB:
@@ -82,8 +80,6 @@ def file_fault(path: str, identity: tuple[int, int], shown: str = "") -> str | N
         if code in BROKEN:
             return f"the store file {name} cannot be read: {exc}"
         return None  # busy or locked: no fault, the roles wait or retry
-    if head is None:
-        return f"the store file {name} is not a database any more (its header was overwritten)"
     return None
 
 

@@ -389,4 +389,17 @@ def setup_logging(level: str, log_format: str = "text", *, role: str = "cronbus"
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter(_PLAIN_FORMAT))
+    handler.addFilter(_fault_in_one_line)
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+def _fault_in_one_line(record: logging.LogRecord) -> bool:
+    """Log a :class:`StoreFaultError` a role's loop met without its traceback: its message
+    says all, and the runner reports it and stops the roles (a traceback there reads as a
+    crash of cronbus)."""
+    if record.exc_info and isinstance(record.exc_info[1], StoreFaultError):
+        fault = str(record.exc_info[1]).replace("%", "%%")  # msg is formatted with args
+        record.msg = f"{record.msg}: {fault}"
+        record.exc_info = None
+        record.exc_text = None
+    return True

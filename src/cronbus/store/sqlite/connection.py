@@ -128,6 +128,8 @@ class Database:
         if fault is None:
             try:
                 await self.call(files.read_schema_version, self.conn, inline="read")
+            except StoreFaultError:
+                raise
             except StoreError as exc:
                 # A busy or locked file is not a fault: the roles wait for it or retry.
                 cause = exc.__cause__
@@ -223,6 +225,9 @@ class Database:
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._executor, partial(self._locked, fn, *args))
         except sqlite3.Error as exc:
+            if files.is_not_a_database(exc):
+                # No retry can help: the file is the fault, the same one check() reports.
+                raise StoreFaultError(files.not_a_database(self.path)) from exc
             raise StoreError(f"SQLite store {self.path!r}: {exc}") from exc
 
     def _locked(self, fn: Callable[..., T], *args: Any) -> T:

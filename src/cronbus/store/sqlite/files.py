@@ -74,13 +74,23 @@ def file_fault(path: str, identity: tuple[int, int], shown: str = "") -> str | N
         with contextlib.closing(probe) as conn:
             read_schema_version(conn)
     except sqlite3.DatabaseError as exc:
-        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-        if code == _NOTADB:
-            return f"the store file {name} is not a database any more (its header was overwritten)"
-        if code in BROKEN:
+        if is_not_a_database(exc):
+            return not_a_database(name)
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in BROKEN:
             return f"the store file {name} cannot be read: {exc}"
         return None  # busy or locked: no fault, the roles wait or retry
     return None
+
+
+def not_a_database(name: str) -> str:
+    """The fault of a store file whose header was overwritten (SQLite: "file is not a
+    database"), named as ``name``."""
+    return f"the store file {name} is not a database any more (its header was overwritten)"
+
+
+def is_not_a_database(exc: sqlite3.Error) -> bool:
+    """True when SQLite refused the file itself as no database (SQLITE_NOTADB)."""
+    return getattr(exc, "sqlite_errorcode", 0) & 0xFF == _NOTADB
 
 
 def read_schema_version(conn: sqlite3.Connection) -> None:

@@ -132,9 +132,12 @@ def measure(
         details["exact_runs_per_s"] = round(window["count"] / exact) if exact > 0 else None
         details["per_worker"] = "/".join(str(c) for _, c in window["per_worker"])
         if exact > 0:
-            details["polled_runs_per_s"] = round(runs / (last - first))
+            polled = last - first
+            # A tiny drain can end between two polls: then only the exact figure is known.
+            details["polled_runs_per_s"] = round(runs / polled) if polled > 0 else None
             return window["count"] / exact, details
-    return runs / (last - first), details
+    # No attempt window: the polls time it, and a drain within one poll took at most a poll.
+    return runs / max(last - first, poll), details
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -96,8 +96,10 @@ async def test_rate_limit_holds_per_window(app: App, fleet: Fleet) -> None:
     # Five windows are needed, the first entered at any point of it: the last start comes at
     # least three seconds after the first (less a moment for the first body's start).
     assert span >= math.ceil(RATED_RUNS / dist.RATE) - 2 - 0.1, span
-    slide = max(sum(1 for t in starts if start <= t < start + 1.0) for start in starts)
-    assert slide <= 2 * dist.RATE, f"{slide} starts within one second"  # one window's tolerance
+    # No bound on the bodies' starts in a sliding second: they lag their claims by the hand-off
+    # to a slot, which a busy machine stretches (a fresh clone's run saw 42 body starts in one
+    # second while every claim window held 20). The limit counts claims, checked per window
+    # above; any second spans at most two windows, so at most twice the rate.
 
 
 async def no_retries(app: App, run_ids: list[int]) -> None:

@@ -37,7 +37,9 @@ from .pg_conftest import Cluster, Db, cluster, db, pg_app, pg_url, poll, worker_
 __all__ = ["cluster", "db", "pg_app", "pg_url"]  # fixtures
 # serial: it restarts the PostgreSQL server every other test shares, so it runs alone, after
 # the parallel run (see the Makefile).
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+# Its own poll deadlines (a restart, then claims and completions) add up past the default 120 s on a
+# busy machine; the bound is its own.
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(360)]
 
 JOBS = 20
 BATCH = 5  # runs per defer, every PERIOD seconds

@@ -292,7 +292,10 @@ async def test_a_second_process_on_the_file_keeps_the_wal_and_sees_every_write(
         wal_is_shared(role.path, role.proc)
 
         async def done(wanted: int = round_ + 1) -> bool:
-            status, out, err = await cronbus("runs", "list", "--json", *store, cwd=tmp_path)
+            # Every run so far, not the default page of 50: the soak runs 1,000 rounds.
+            status, out, err = await cronbus(
+                "runs", "list", "--json", "--limit", str(wanted), *store, cwd=tmp_path
+            )
             assert status == 0, err
             return out.count('"succeeded"') >= wanted
 

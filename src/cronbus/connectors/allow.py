@@ -113,9 +113,10 @@ def open_allowed(path: str, reach: Reach, flags: int, mode: int = 0o666) -> int:
     """A file descriptor of ``path`` opened with ``flags``, after :func:`allowed_file`: the
     resolved path is opened, refusing a symlink put in its place since (``O_NOFOLLOW``)."""
     resolved = allowed_file(path, reach)
-    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    nofollow = getattr(os, "O_NOFOLLOW", 0)  # POSIX; os.open's descriptors are not inherited
+    binary = getattr(os, "O_BINARY", 0)  # Windows: no newline translation
     try:
-        return os.open(resolved, flags | nofollow | os.O_CLOEXEC, mode)
+        return os.open(resolved, flags | nofollow | binary, mode)
     except OSError as exc:
         if nofollow and os.path.islink(resolved):
             raise not_allowed("config.path", f"{path} became a symlink; not followed") from exc
@@ -194,7 +195,10 @@ def _store_key(store: str) -> DatabaseKey | None:
     if re.match(r"sqlite:/*:memory:", text):
         return None
     if text.startswith("sqlite"):
-        return database_key(text.split("?", 1)[0])
+        # Not database_key: the store's own URL may say '..', which only connectors may not.
+        parts = urlsplit(text)
+        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        return DatabaseKey(scheme="sqlite", where=os.path.realpath(path), port="", name="")
     # Imported here: the store's URL module is only needed when there is a PostgreSQL store.
     from ..store.postgres.url import parse_url
 

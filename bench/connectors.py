@@ -119,7 +119,8 @@ def _url(server: str, **options: str) -> str:
 @contextlib.contextmanager
 def fresh_rig(kind: str, server: str) -> Iterator[Rig]:
     """A new store with an empty ``orders`` table beside it (SQLite: ``rows.db`` in the same
-    temporary folder; PostgreSQL: two new schemas on ``server``); all removed afterwards."""
+    temporary folder; PostgreSQL: a new schema on ``server`` for the store and a new database
+    for the table, since connectors refuse the store's own database); all removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="cronbus-bench-conn-") as name:
         folder = Path(name)
         if kind == "sqlite":
@@ -129,11 +130,9 @@ def fresh_rig(kind: str, server: str) -> Iterator[Rig]:
                 conn.execute(_CREATE)
             yield Rig(kind, f"sqlite:///{folder / 'store.db'}", f"sqlite:///{rows}", folder)
             return
-        with _schemas(server, 2) as (store, table):
-            with _pg(server) as conn:
-                conn.execute(f'SET search_path TO "{table}"')
+        with _schemas(server, 1) as (store,), _database(server) as source:
+            with _pg(source) as conn:
                 conn.execute(_CREATE)
-            source = _url(server, options=f"-c search_path={table}")
             yield Rig(kind, _url(server, schema=store), source, folder)
 
 
@@ -152,6 +151,28 @@ def _schemas(server: str, count: int) -> Iterator[list[str]]:
         with _pg(server) as conn:
             for schema in names:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@contextlib.contextmanager
+def _database(server: str) -> Iterator[str]:
+    """A new database on ``server`` (its URL), dropped afterwards."""
+    name = f"bench_conn_{uuid.uuid4().hex[:10]}"
+    with _pg(server) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunsplit(urlsplit(server)._replace(path=f"/{name}"))
+    finally:
+        with _pg(server) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def allow(rig: Rig) -> dict[str, str]:
+    """The settings that let the connectors use the rig's folder and table database, as an
+    operator gives them (applied to this process's app too)."""
+    app.settings = app.settings.with_overrides(
+        connector_files=(str(rig.folder),), connector_databases=(rig.source,)
+    )
+    return {"CRONBUS_CONNECTOR_FILES": str(rig.folder), "CRONBUS_CONNECTOR_DATABASES": rig.source}
 
 
 def _pg(server: str) -> Any:
@@ -198,8 +219,17 @@ class Workers:
     """``cronbus worker --app connectors:app`` subprocesses; on exit every one still running is
     stopped (SIGTERM, then SIGKILL after ``stop_timeout``)."""
 
-    def __init__(self, url: str, *, lease: float | None = None, stop_timeout: float = 30.0):
+    def __init__(
+        self,
+        url: str,
+        *,
+        lease: float | None = None,
+        stop_timeout: float = 30.0,
+        extra: dict[str, str] | None = None,
+    ):
         self.url = url
+        self.extra = dict(extra or {})
+        """More environment for each worker (the connectors' allow lists)."""
         self.lease = lease
         self.stop_timeout = stop_timeout
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -212,7 +242,7 @@ class Workers:
 
     def start(self) -> subprocess.Popen[bytes]:
         """Launch one more worker."""
-        env = worker_env()
+        env = {**worker_env(), **self.extra}
         if self.lease is not None:
             env["CRONBUS_CONNECTOR_LEASE_SECONDS"] = str(self.lease)
         command = [
@@ -333,7 +363,7 @@ async def pipeline(rig: Rig, args: argparse.Namespace) -> Outcome:
     }
     app.use_store(rig.store)
     async with app:
-        with Workers(rig.store) as workers:
+        with Workers(rig.store, extra=allow(rig)) as workers:
             await workers.ready(workers.start())
             begin = time.time()
             await Services(app).connectors.create(SOURCE, "sql-source", source)
@@ -389,7 +419,7 @@ async def failover(rig: Rig, args: argparse.Namespace) -> Outcome:
     source = {"url": rig.source, "table": "orders", "key": "id", "topic": TOPIC}
     app.use_store(rig.store)
     async with app:
-        with Workers(rig.store, lease=args.lease) as workers:
+        with Workers(rig.store, lease=args.lease, extra=allow(rig)) as workers:
             first = workers.start()
             ids = await workers.ready(first)
             await Services(app).connectors.create(SOURCE, "sql-source", source)

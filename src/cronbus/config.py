@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, CronbusError
 from .serialization import DEFAULT_MAX_PAYLOAD_BYTES
 from .validation import shorten
 
@@ -66,10 +66,19 @@ class Settings:
     """How often the holder of the retention lease applies retention."""
     retention_batch: int = 500
     """Rows a retention transaction removes at most (each holds the store's locks briefly)."""
+    connector_files: tuple[str, ...] = ()
+    """Directories under which ``file-source`` and ``file-sink`` connectors may read and write
+    (``CRONBUS_CONNECTOR_FILES``, ``os.pathsep``-separated); none: file connectors are refused."""
+    connector_databases: tuple[str, ...] = ()
+    """Databases (URLs or DSNs) ``sql-source`` and ``postgres-sink`` connectors may read and
+    write (``CRONBUS_CONNECTOR_DATABASES``, separated by ``;`` or newlines); none: they are
+    refused. The store's own database is refused even when listed."""
 
     def __post_init__(self) -> None:
         for item in fields(self):
-            _check(item.name, getattr(self, item.name), item.name)
+            checked = _check(item.name, getattr(self, item.name), item.name)
+            # Lists are kept as tuples whatever sequence was given: the settings stay frozen.
+            object.__setattr__(self, item.name, checked)
 
     @property
     def heartbeat_seconds(self) -> float:
@@ -126,8 +135,17 @@ _COUNTS: dict[str, int] = {
 }
 
 
+_LISTS = ("connector_files", "connector_databases")
+"""The settings that are lists (of directories, of database URLs)."""
+
+
 def _parse(variable: str, name: str, raw: str) -> Any:
     """An environment variable's text as the setting's kind, or an error naming the variable."""
+    if name in _LISTS:
+        # Imported here: the connectors package is not needed to read any other setting.
+        from .connectors.allow import split_databases, split_files
+
+        return split_files(raw) if name == "connector_files" else split_databases(raw)
     text = raw.strip()
     try:
         return int(text) if name in _COUNTS else float(text)
@@ -145,6 +163,8 @@ def _expected(name: str) -> str:
 
 def _check(name: str, value: Any, label: str) -> Any:
     """``value`` if it is a valid ``name`` setting, else an error naming ``label``."""
+    if name in _LISTS:
+        return _check_list(name, value, label)
     if name in _COUNTS:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigurationError(f"{label}: expected a whole number, got {shorten(value)}")
@@ -171,3 +191,28 @@ def _check(name: str, value: Any, label: str) -> Any:
                 f"{shorten(value)}"
             )
     return value
+
+
+def _check_list(name: str, value: Any, label: str) -> tuple[str, ...]:
+    """A list setting as a tuple of strings, each entry checked: a directory must be absolute
+    (a relative one would mean another directory in each process), a database must be a URL or
+    DSN that names one."""
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ConfigurationError(f"{label}: expected a list of strings, got {shorten(value)}")
+    entries = tuple(value)
+    for entry in entries:
+        if not isinstance(entry, str) or not entry.strip():
+            raise ConfigurationError(f"{label}: expected non-empty strings, got {shorten(entry)}")
+        if name == "connector_files" and not os.path.isabs(entry):
+            raise ConfigurationError(
+                f"{label}: expected absolute directories, got {shorten(entry)}"
+            )
+    if name == "connector_databases":
+        from .connectors.allow import database_key
+
+        for entry in entries:
+            try:
+                database_key(entry, label)
+            except CronbusError as exc:
+                raise ConfigurationError(str(exc)) from None
+    return entries

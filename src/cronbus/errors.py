@@ -174,3 +174,8 @@ class ConnectorExistsError(ConflictError, ValueError):
 
 class ConnectorConfigError(InvalidArgumentError):
     """A connector's config is invalid: the message names the field and why."""
+
+
+class ConnectorNotAllowedError(ConnectorConfigError):
+    """A connector's file or database is not one the operator allows connectors to touch
+    (``CRONBUS_CONNECTOR_FILES``, ``CRONBUS_CONNECTOR_DATABASES``), or is the store itself."""

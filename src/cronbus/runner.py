@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from .app import App
+from .connectors.allow import Reach
 from .connectors.runtime import ConnectorRuntime
 from .events.dispatcher import Dispatcher
 from .fairness import EVERY_QUEUE
@@ -271,6 +272,7 @@ def _connectors(app: App, worker: Worker) -> ConnectorRuntime:
         holder=worker.id,
         lease_seconds=app.settings.connector_lease_seconds,
         poll_seconds=min(1.0, app.settings.poll_seconds),
+        reach=Reach.of(app),
     )
 
 

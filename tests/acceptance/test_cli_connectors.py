@@ -22,6 +22,12 @@ __all__ = ["cli"]  # fixtures
 DEADLINE_SECONDS = 60.0
 
 
+@pytest.fixture(autouse=True)
+def allowed(cli: Cli, tmp_path: Path) -> None:
+    """The operator lets file connectors use the test's folder."""
+    cli.env["CRONBUS_CONNECTOR_FILES"] = str(tmp_path)
+
+
 def test_a_connector_is_created_once_commanded_and_removed(cli: Cli, tmp_path: Path) -> None:
     sink = json.dumps({"topic": "orders", "path": str(tmp_path / "out.jsonl")})
     said = cli.ok("connectors", "add", "out", "--kind", "file-sink", "--config", sink)
@@ -32,7 +38,8 @@ def test_a_connector_is_created_once_commanded_and_removed(cli: Cli, tmp_path: P
     other = json.dumps({"topic": "orders", "path": str(tmp_path / "elsewhere.jsonl")})
     refused = cli.refused("connectors", "add", "out", "--kind", "file-sink", "--config", other)
     assert "exists" in refused, refused
-    (tmp_path / "in.json").write_text(json.dumps({"topic": "orders", "path": "/dev/null"}))
+    source = {"topic": "orders", "path": str(tmp_path / "in.jsonl")}
+    (tmp_path / "in.json").write_text(json.dumps(source))
     from_file = cli.json(
         "connectors", "add", "in", "--kind", "file-source", "--config", f"@{tmp_path / 'in.json'}"
     )
@@ -128,3 +135,21 @@ def test_a_worker_moves_a_file_through_a_topic_into_another_file(cli: Cli, tmp_p
     # A stopped worker gives its tasks back at once.
     after = cli.json("connectors", "show", "in")
     assert (after["tasks"][0]["state"], after["tasks"][0]["worker"]) == ("unassigned", None)
+
+
+def test_a_file_outside_the_allowed_folders_is_refused_in_one_line(
+    cli: Cli, tmp_path: Path
+) -> None:
+    outside = json.dumps({"topic": "orders", "path": "/etc/passwd"})
+    refused = cli.refused("connectors", "add", "in", "--kind", "file-source", "--config", outside)
+    assert "config.path: '/etc/passwd' is outside the directories" in refused, refused
+    dotted = json.dumps({"topic": "orders", "path": f"{tmp_path}/../../etc/passwd"})
+    refused = cli.refused("connectors", "add", "in", "--kind", "file-source", "--config", dotted)
+    assert "must not contain '..'" in refused, refused
+    inside = json.dumps({"topic": "orders", "path": str(tmp_path / "in.jsonl")})
+    unset = {k: v for k, v in cli.env.items() if k != "CRONBUS_CONNECTOR_FILES"}
+    add = ("connectors", "add", "in", "--kind", "file-source", "--config", inside)
+    off = cli.run(*add, env=unset)
+    assert (off.returncode, off.stderr.count("\n")) == (1, 1), off
+    assert "CRONBUS_CONNECTOR_FILES" in off.stderr, off
+    assert cli.ok("connectors", "list").strip() == "no connectors"

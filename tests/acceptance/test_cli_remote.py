@@ -115,6 +115,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     cwd = tmp_path_factory.mktemp("remote")
     (cwd / "myapp.py").write_text(APP_SOURCE)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRONBUS_") and k != "COLUMNS"}
+    env["CRONBUS_CONNECTOR_FILES"] = str(cwd)  # the operator allows the folder's files
     store = f"sqlite:///{cwd / 'remote.db'}"
     port = _free_port()
     url = f"http://127.0.0.1:{port}"

@@ -34,19 +34,18 @@ import json
 import signal
 import sqlite3
 import subprocess
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from contract.pg import drop_schema, pg_store_url, server_url, with_options
+from contract.pg import pg_database, pg_store_url, with_options
 from cronbus import App
+from cronbus.connectors.allow import Reach
 from cronbus.connectors.builtin.files import FileSinkConnector
 from cronbus.events.event import Event, make_event
 from cronbus.events.records import EventRecord
@@ -110,14 +109,11 @@ def seed_sqlite(path: Path) -> str:
 
 
 def seed_postgres(request: pytest.FixtureRequest) -> str:
-    """The rows in a fresh schema of their own (dropped after the test); a URL whose
-    ``search_path`` is that schema, so the table is plainly ``orders``."""
-    server = server_url()
-    schema = f"cronbus_rows_{uuid.uuid4().hex}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-        request.addfinalizer(lambda: drop_schema(server, schema))
-        table = sql.Identifier(schema, "orders")
+    """The rows in a fresh database of their own (dropped after the test: connectors refuse
+    the store's own database); its URL."""
+    source = pg_database(request)
+    with psycopg.connect(source, autocommit=True) as conn:
+        table = sql.Identifier("orders")
         conn.execute(
             sql.SQL(
                 "CREATE TABLE {} (id integer PRIMARY KEY, customer text, amount integer)"
@@ -126,20 +122,16 @@ def seed_postgres(request: pytest.FixtureRequest) -> str:
         with conn.cursor() as cursor, cursor.copy(sql.SQL("COPY {} FROM STDIN").format(table)) as c:
             for values in map(row, range(1, ROWS + 1)):
                 c.write_row(values)
-    return libpq_url(server, options=f"-c search_path={schema}")
-
-
-def libpq_url(url: str, **options: str) -> str:
-    """``url`` with query options added, spaces as ``%20``: libpq reads ``+`` as itself."""
-    parts = urlsplit(url)
-    query = {**dict(parse_qsl(parts.query, keep_blank_values=True)), **options}
-    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
+    return source
 
 
 @pytest.fixture
 async def bus(rig: Rig) -> AsyncIterator[App]:
     """An app open on the rig's store, for creating the connectors and reading the topic."""
     app = App(store=rig.store)
+    app.settings = app.settings.with_overrides(
+        connector_files=(str(rig.sink.parent),), connector_databases=(rig.source,)
+    )
     async with app:
         yield app
 
@@ -175,12 +167,15 @@ class Progress:
         return int(task.positions.get(TOPIC, 0))
 
 
-def start_worker(workers: Workers) -> subprocess.Popen[bytes]:
-    """A ``cronbus worker`` (connectors on) with the short connector lease."""
+def start_worker(workers: Workers, rig: Rig) -> subprocess.Popen[bytes]:
+    """A ``cronbus worker`` (connectors on) with the short connector lease, allowed the rig's
+    sink folder and source database."""
     return workers.start(
         args=["--log-level", "info"],
         CRONBUS_CONNECTOR_LEASE_SECONDS=LEASE,
         CRONBUS_POLL_SECONDS="0.5",
+        CRONBUS_CONNECTOR_FILES=str(rig.sink.parent),
+        CRONBUS_CONNECTOR_DATABASES=rig.source,
     )
 
 
@@ -238,7 +233,7 @@ async def test_two_sigkills_lose_nothing_and_duplicate_nothing_in_the_topic(
     kills: list[tuple[int, int]] = []
     sink_at_kill = 0
     for threshold in (FIRST_KILL, SECOND_KILL):
-        victim = start_worker(workers)
+        victim = start_worker(workers, rig)
         try:
             await until(reached(threshold, sink_at_kill), STEP_SECONDS)
         except AssertionError as exc:
@@ -251,7 +246,7 @@ async def test_two_sigkills_lose_nothing_and_duplicate_nothing_in_the_topic(
     # The premise: each kill landed with rows still to read and events still to write.
     assert all(topic < ROWS and sink < ROWS for topic, sink in kills), kills
 
-    last = start_worker(workers)
+    last = start_worker(workers, rig)
 
     async def finished() -> bool:
         if last.poll() is not None:
@@ -310,7 +305,7 @@ def order(n: int) -> Event:
 
 def sink_writes(path: Path, events: list[Event]) -> None:
     """A new sink task on ``path`` puts and flushes ``events``."""
-    connector = FileSinkConnector()
+    connector = FileSinkConnector(Reach(files=(str(path.parent),)))
     task = connector.task()
     task.start(connector.validate({"path": str(path), "topic": TOPIC}))
     try:

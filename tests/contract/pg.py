@@ -41,6 +41,26 @@ async def pg_store_url(request: pytest.FixtureRequest) -> str:
     return with_options(server, schema=schema)
 
 
+def pg_database(request: pytest.FixtureRequest) -> str:
+    """The URL of a new database on the test server, dropped after the test: a database that
+    is not the store's (connectors refuse the store's own database)."""
+    server = server_url()
+    name = f"cronbus_db_{uuid.uuid4().hex}"
+    try:
+        with psycopg.connect(server, autocommit=True, connect_timeout=_CONNECT_TIMEOUT) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.OperationalError as exc:
+        _unavailable(server, exc)
+
+    def drop() -> None:
+        with psycopg.connect(server, autocommit=True, connect_timeout=_CONNECT_TIMEOUT) as conn:
+            drop = "DROP DATABASE IF EXISTS {} WITH (FORCE)"
+            conn.execute(sql.SQL(drop).format(sql.Identifier(name)))
+
+    request.addfinalizer(drop)
+    return urlunsplit(urlsplit(server)._replace(path=f"/{name}"))
+
+
 def drop_schema(server: str, schema: str) -> None:
     """Drop a test schema and everything in it."""
     with psycopg.connect(server, autocommit=True, connect_timeout=_CONNECT_TIMEOUT) as conn:

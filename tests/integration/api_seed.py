@@ -77,8 +77,18 @@ class Seeded:
         }
 
 
+SEED_FILES = "/tmp/cronbus-api-seed"
+"""The directory the seeded file connectors name."""
+SEED_DATABASE = "postgresql://127.0.0.1:1/x"
+"""The database the seeded ``postgres-sink`` names (nothing listens there)."""
+
+
 async def seed(app: App) -> Seeded:
     """Fill ``app``'s store (open, fresh) and say what is in it."""
+    # The seeded connectors' file and database, allowed as an operator would (nothing runs them).
+    app.settings = app.settings.with_overrides(
+        connector_files=(SEED_FILES,), connector_databases=(SEED_DATABASE,)
+    )
     services = Services(app)
     record, text = await services.tokens.create(
         name="schemathesis", scope="admin", namespaces=["*"]

@@ -19,6 +19,14 @@ from integration.test_api_support import Api, api, problem
 __all__ = ["api"]
 
 
+@pytest.fixture(autouse=True)
+def allowed(api: Api, tmp_path: Path) -> None:
+    """The operator lets connectors use the test's directory and the masked sink's database."""
+    api.app.settings = api.app.settings.with_overrides(
+        connector_files=(str(tmp_path),), connector_databases=("postgresql://127.0.0.1:5432/test",)
+    )
+
+
 def sink(name: str, path: Path) -> dict[str, Any]:
     """A ``file-sink`` connector of topic ``orders`` (nothing runs it: no worker here)."""
     return {"name": name, "kind": "file-sink", "config": {"topic": "orders", "path": str(path)}}
@@ -249,8 +257,9 @@ async def test_remote_services_return_the_local_records(api: Api, tmp_path: Path
         assert (made.connector, made.tasks) == (again.connector, again.tasks)
         assert await remote.get("out") == await local.get("out")
         assert await remote.list() == await local.list()
+        other = {"topic": "orders", "path": str(tmp_path / "other.jsonl")}
         with pytest.raises(ConflictError):
-            await remote.create("out", "file-sink", {"topic": "orders", "path": "/tmp/other"})
+            await remote.create("out", "file-sink", other)
         with pytest.raises(InvalidArgumentError) as refused:
             await remote.create("bad", "file-sink", {"topic": "orders"})
         assert (refused.value.field, str(refused.value)) == ("config.path", "config.path: required")

@@ -59,7 +59,14 @@ from schemathesis.specs.openapi.checks import (
 
 from apps.api_app import app as api_app
 from contract.pg import pg_store_url
-from integration.api_seed import OTHER_NAMESPACE, Seeded, seed, valid_requests
+from integration.api_seed import (
+    OTHER_NAMESPACE,
+    SEED_DATABASE,
+    SEED_FILES,
+    Seeded,
+    seed,
+    valid_requests,
+)
 
 TESTS = Path(__file__).resolve().parent.parent
 Case = GenericCase[Any]
@@ -166,6 +173,9 @@ def _start(store: str, log: Path) -> subprocess.Popen[bytes]:
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
         # The run sends far more than a person would; the rate limit is tested elsewhere.
         "CRONBUS_API_RATE": "10000000",
+        # The operator allows what the seeded and the valid requests' connectors name.
+        "CRONBUS_CONNECTOR_FILES": SEED_FILES,
+        "CRONBUS_CONNECTOR_DATABASES": SEED_DATABASE,
     }
     command = [sys.executable, "-m", "cronbus", "api", "--app", "apps.api_app:app"]
     command += ["--store", store, "--host", "127.0.0.1", "--port", "0", "--log-level", "WARNING"]

@@ -21,6 +21,7 @@ from psycopg import sql
 
 from contract.pg import _unavailable as unavailable
 from contract.pg import drop_schema, server_url, with_options
+from cronbus.connectors.allow import Reach
 from cronbus.connectors.api import JSON, RetriableError, SourceRecord
 from cronbus.connectors.builtin import connector_for
 from cronbus.connectors.builtin.postgres_sink import PostgresSinkTask
@@ -87,12 +88,17 @@ def table_db(request: pytest.FixtureRequest, tmp_path: Path) -> TableDb:
     return db
 
 
+def reach(url: str) -> Reach:
+    """What the operator allows a connector on ``url``: that database (no store here)."""
+    return Reach(databases=(url,))
+
+
 def source(db: TableDb, positions: dict[str, JSON] | None = None, **extra: Any) -> SqlSourceTask:
-    connector = connector_for("sql-source")
+    connector = connector_for("sql-source", reach(db.url))
     config = connector.validate(
         {"url": db.url, "table": db.table, "key": "id", "topic": "orders", **extra}
     )
-    task = SqlSourceTask()
+    task = SqlSourceTask(reach(db.url))
     task.start(config, positions or {})
     return task
 
@@ -176,8 +182,8 @@ def test_sql_source_converts_postgres_types_and_resumes_on_a_timestamp(pg_schema
             (f"2024-05-01T{hour}:00:00.123456Z", ref),
         )
     config = {"url": server_url(), "table": table, "key": "at", "topic": "payments", "batch": 1}
-    task = SqlSourceTask()
-    task.start(connector_for("sql-source").validate(config), {})
+    task = SqlSourceTask(reach(server_url()))
+    task.start(connector_for("sql-source", reach(server_url())).validate(config), {})
     (first,) = task.poll()
     task.stop()
     assert first.data == {
@@ -191,8 +197,9 @@ def test_sql_source_converts_postgres_types_and_resumes_on_a_timestamp(pg_schema
     assert first.position == first.key == "2024-05-01T12:00:00.123456+00:00"
     as_event(first)
 
-    again = SqlSourceTask()
-    again.start(connector_for("sql-source").validate(config), {first.partition: first.position})
+    again = SqlSourceTask(reach(server_url()))
+    checked = connector_for("sql-source", reach(server_url())).validate(config)
+    again.start(checked, {first.partition: first.position})
     assert [r.data["at"] for r in again.poll()] == ["2024-05-01T13:00:00.123456+00:00"]
     again.stop()
 
@@ -203,8 +210,8 @@ def test_sql_source_reads_sqlite_blobs_and_text_keys(tmp_path: Path) -> None:
         conn.execute("CREATE TABLE people (name TEXT PRIMARY KEY, photo BLOB, height REAL)")
         conn.execute("INSERT INTO people VALUES ('Ada Lovelace', x'00ff', 1.65)")
     config = {"url": f"sqlite:///{path}", "table": "people", "key": "name", "topic": "people"}
-    task = SqlSourceTask()
-    task.start(connector_for("sql-source").validate(config), {})
+    task = SqlSourceTask(reach(config["url"]))
+    task.start(connector_for("sql-source", reach(config["url"])).validate(config), {})
     (record,) = task.poll()
     task.stop()
     assert record.data == {"name": "Ada Lovelace", "photo": "AP8=", "height": 1.65}
@@ -225,9 +232,10 @@ def sink_table(pg_schema: str) -> str:
 
 
 def sink(table: str, url: str | None = None) -> PostgresSinkTask:
-    connector = connector_for("postgres-sink")
-    config = connector.validate({"url": url or server_url(), "table": table, "topic": "orders"})
-    task = PostgresSinkTask()
+    url = url or server_url()
+    connector = connector_for("postgres-sink", reach(url))
+    config = connector.validate({"url": url, "table": table, "topic": "orders"})
+    task = PostgresSinkTask(reach(url))
     task.start(config)
     return task
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from cronbus.connectors.allow import Reach
 from cronbus.connectors.api import JSON, SourceRecord
 from cronbus.connectors.builtin import BUILTIN, connector_for
 from cronbus.connectors.builtin.files import (
@@ -29,6 +30,8 @@ from cronbus.events.event import Event, make_event
 
 T0 = 1_714_564_800.0  # 2024-05-01T12:00:00Z
 SQL = {"url": "sqlite:///rows.db", "table": "orders", "key": "id", "topic": "orders"}
+REACH = Reach(files=("/",), databases=(SQL["url"], "postgresql://db/x"))
+"""Every file, and the databases these tests name: the allow lists are tested elsewhere."""
 
 
 def as_event(record: SourceRecord) -> Event:
@@ -75,7 +78,7 @@ def test_an_unknown_kind_lists_the_known_ones() -> None:
 
 
 def test_validate_fills_in_the_defaults() -> None:
-    sql = connector_for("sql-source").validate({**SQL, "table": "sales.orders"})
+    sql = connector_for("sql-source", REACH).validate({**SQL, "table": "sales.orders"})
     assert sql == {
         **SQL,
         "table": "sales.orders",
@@ -83,8 +86,8 @@ def test_validate_fills_in_the_defaults() -> None:
         "batch": 1000,
         "type": "sales.orders.row",
     }
-    assert connector_for("sql-source").task_configs(sql, max_tasks=4) == [sql]
-    source = connector_for("file-source").validate({"path": "/in.jsonl", "topic": "t"})
+    assert connector_for("sql-source", REACH).task_configs(sql, max_tasks=4) == [sql]
+    source = connector_for("file-source", REACH).validate({"path": "/in.jsonl", "topic": "t"})
     assert source == {
         "path": "/in.jsonl",
         "topic": "t",
@@ -93,8 +96,12 @@ def test_validate_fills_in_the_defaults() -> None:
         "batch": 1000,
     }
     sink = {"url": "postgresql://db/x", "table": "latest", "topic": "t"}
-    assert connector_for("postgres-sink").validate(sink) == {**sink, "key": "key", "data": "data"}
-    assert connector_for("file-sink").validate({"path": "/out", "topic": "t"}) == {
+    assert connector_for("postgres-sink", REACH).validate(sink) == {
+        **sink,
+        "key": "key",
+        "data": "data",
+    }
+    assert connector_for("file-sink", REACH).validate({"path": "/out", "topic": "t"}) == {
         "path": "/out",
         "topic": "t",
     }
@@ -175,7 +182,7 @@ def test_a_bad_config_names_the_field(kind: str, config: dict[str, JSON], messag
 
 def test_a_config_must_be_an_object() -> None:
     with pytest.raises(ConnectorConfigError, match=r"^config: must be a JSON object, not list$"):
-        connector_for("file-sink").validate([])  # type: ignore[arg-type]
+        connector_for("file-sink", REACH).validate([])  # type: ignore[arg-type]
 
 
 # -- sql-source rows as events --------------------------------------------------------------------
@@ -221,8 +228,8 @@ def lines(tmp_path: Path) -> Path:
 def started_source(
     path: Path, positions: Mapping[str, JSON] | None = None, **extra: Any
 ) -> FileSourceTask:
-    config = FileSourceConnector().validate({"path": str(path), "topic": "lines", **extra})
-    task = FileSourceConnector().task()
+    config = FileSourceConnector(REACH).validate({"path": str(path), "topic": "lines", **extra})
+    task = FileSourceConnector(REACH).task()
     task.start(config, positions or {})
     return task
 
@@ -335,8 +342,8 @@ def test_file_sink_writes_one_cloudevent_per_line_and_fsyncs_on_flush(
     tmp_path: Path, fsynced: list[int]
 ) -> None:
     path = tmp_path / "out.jsonl"
-    task = FileSinkConnector().task()
-    task.start(FileSinkConnector().validate({"path": str(path), "topic": "orders"}))
+    task = FileSinkConnector(REACH).task()
+    task.start(FileSinkConnector(REACH).validate({"path": str(path), "topic": "orders"}))
     assert fsynced == [tmp_path.stat().st_ino]  # the new file's directory entry
     events = [appended(n, {"n": n, "é": "ü"}) for n in range(3)]
     assert task.put(events) == [None, None, None]
@@ -354,7 +361,7 @@ def test_file_sink_writes_one_cloudevent_per_line_and_fsyncs_on_flush(
 def test_file_sink_fails_only_the_records_that_are_not_json(tmp_path: Path) -> None:
     path = tmp_path / "out.jsonl"
     path.write_text('{"earlier":1}\n')
-    task: FileSinkTask = FileSinkConnector().task()
+    task: FileSinkTask = FileSinkConnector(REACH).task()
     task.start({"path": str(path), "topic": "orders"})
     outcomes = task.put([appended(1), unjson(2, object()), unjson(3, float("inf")), appended(4)])
     task.flush({})
@@ -372,7 +379,7 @@ def test_file_sink_fails_only_the_records_that_are_not_json(tmp_path: Path) -> N
 
 def test_what_a_file_sink_writes_a_file_source_reads_back(tmp_path: Path) -> None:
     path = tmp_path / "bus.jsonl"
-    sink = FileSinkConnector().task()
+    sink = FileSinkConnector(REACH).task()
     sink.start({"path": str(path), "topic": "orders"})
     sink.put([appended(1, {"n": 1}), appended(2, [1, 2])])
     sink.flush({})

@@ -45,7 +45,9 @@ def connectors() -> None:
     A source connector (sql-source, file-source) moves records of another system into a
     topic; a sink connector (file-sink, postgres-sink) writes a topic's events elsewhere.
     Workers run their tasks (unless started with --no-connectors); positions move only after
-    delivery.
+    delivery. File and database connectors touch only what the operator allows:
+    CRONBUS_CONNECTOR_FILES (directories) and CRONBUS_CONNECTOR_DATABASES (databases, never
+    the store's own); both are empty by default.
     """
 
 

@@ -6,6 +6,7 @@ import re
 from typing import TypeVar
 
 from ..errors import ConnectorConfigError, InvalidArgumentError
+from .allow import NOWHERE, Reach, Reaching
 from .api import Connector
 
 C = TypeVar("C", bound=type[Connector])
@@ -40,13 +41,14 @@ class ConnectorKinds:
 
         return sorted({*BUILTIN, *self._own})
 
-    def get(self, kind: str) -> Connector:
-        """A connector of ``kind``; raises :class:`~cronbus.errors.ConnectorConfigError`
-        naming the known kinds for an unknown one."""
+    def get(self, kind: str, reach: Reach = NOWHERE) -> Connector:
+        """A connector of ``kind``, a file or database one limited to ``reach``; raises
+        :class:`~cronbus.errors.ConnectorConfigError` naming the known kinds for an unknown
+        one."""
         from .builtin import BUILTIN
 
         cls = self._own.get(kind) or BUILTIN.get(kind)
         if cls is None:
             known = ", ".join(self.kinds())
             raise ConnectorConfigError(f"unknown connector kind {kind!r} (known: {known})")
-        return cls()
+        return cls(reach) if issubclass(cls, Reaching) else cls()

@@ -13,11 +13,13 @@ import abc
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..clock import Clock
+from ..errors import ConflictError, InvalidArgumentError
 from ..store.connector_ports import ConnectorStore
 from .api import TaskError
 from .calls import backoff, describe
@@ -142,13 +144,20 @@ class TaskRunner(abc.ABC):
 
     async def stored(self, what: str, step: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run a store call, trying again with backoff while the store fails (a store outage
-        is nobody's record's fault); raises :class:`LeaseLost` when stopping meanwhile."""
+        is nobody's record's fault); raises :class:`LeaseLost` when stopping meanwhile, and
+        :class:`TaskFailed` when the store refuses the call (a topic of another namespace, a
+        record it cannot take): a refusal is the same on every try, so retrying it would
+        leave the task ``running`` for ever, doing nothing."""
         attempt = 0
         while True:
             try:
                 return await step(*args)
             except asyncio.CancelledError:
                 raise
+            except (ConflictError, InvalidArgumentError) as exc:
+                # The store names a topic's owner; the connector's namespace must not learn it.
+                reason = re.sub(r"namespace '[^']*'", "another namespace", describe(exc))
+                raise TaskFailed(f"{what} refused: {reason}") from exc
             except Exception as exc:
                 attempt += 1
                 log.warning("connector task %s: %s failed (%s); trying again", self.name, what, exc)

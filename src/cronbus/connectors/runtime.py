@@ -23,6 +23,7 @@ from ..clock import Clock
 from ..errors import ConnectorNotFoundError
 from ..store.connector_ports import CONNECTORS_CHANNEL, ConnectorStore
 from ..store.ports import EVENTS_CHANNEL, Store, wait_any
+from .allow import NOWHERE, Reach
 from .api import SinkConnector, SourceConnector
 from .calls import describe
 from .records import Connector, ConnectorLease
@@ -51,9 +52,12 @@ class ConnectorRuntime:
         max_tasks: int = 100,
         poll_seconds: float = 1.0,
         batch: int = 1000,
+        reach: Reach = NOWHERE,
     ) -> None:
         self.store = store
         self.kinds = kinds
+        self.reach = reach
+        """The files and databases built-in connectors may touch (the app's settings)."""
         self.clock = clock
         self.holder = holder or (
             f"connectors-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -135,7 +139,7 @@ class ConnectorRuntime:
         return runner
 
     def _runner(self, lease: ConnectorLease, connector: Connector) -> TaskRunner:
-        plugin = self.kinds.get(connector.spec.kind)
+        plugin = self.kinds.get(connector.spec.kind, self.reach)
         task = connector.tasks[lease.task]
         if isinstance(plugin, SourceConnector):
             return SourceRunner(self.setting, lease, connector, task, plugin)

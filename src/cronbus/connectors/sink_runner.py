@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from ..errors import ConflictError
 from ..events.event import Event
 from ..events.records import EventRecord
 from ..events.targets import to_event
@@ -47,6 +48,7 @@ class SinkRunner(TaskRunner):
 
     async def run(self) -> None:
         """Read, put, flush, commit, until stopped."""
+        await self._check_namespace()
         await call(self.plugin_task.start, self.task.config)
         while not self.stopping.is_set():
             batch = await self.stored(
@@ -64,6 +66,18 @@ class SinkRunner(TaskRunner):
             self._flush_to = batch[-1].offset
             dead, retried = await self._write(mine) if mine else ([], 0)
             await self._commit(batch[-1].offset, len(mine), dead, retried)
+
+    async def _check_namespace(self) -> None:
+        """Fail unless the topic is the connector's namespace's, by the subscriptions' rule
+        (checked at create too; again here for a sink defined before that check existed)."""
+        from ..services.subscription_rules import topic_of  # services import connectors
+
+        try:
+            await topic_of(
+                self.setting.events, self.topic, self.connector.spec.namespace, "a connector"
+            )
+        except ConflictError as exc:
+            raise TaskFailed(str(exc)) from exc
 
     def _mine(self, record: EventRecord) -> bool:
         """Whether this task takes ``record`` (its key's share of the topic)."""

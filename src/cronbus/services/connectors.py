@@ -6,7 +6,9 @@ credentials never leave the service. A connector's config is checked whole befor
 changes: the kind must be known (the built-ins and the app's own,
 :class:`~cronbus.connectors.registry.ConnectorKinds`), the config a JSON object naming its
 ``topic``, and the kind's own ``validate`` must accept it; each refusal names its field
-(``config.table: required``).
+(``config.table: required``). A file or database connector may only touch what the operator
+allows (:mod:`cronbus.connectors.allow`), and a connector uses topics of its own namespace only,
+by the rule subscriptions follow (:func:`~cronbus.services.subscription_rules.topic_of`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..connectors.allow import Reach
 from ..connectors.api import SinkConnector, SourceConnector
 from ..connectors.records import (
     Connector,
@@ -33,6 +36,7 @@ from ..events.masking import MASK, mask_headers, mask_url
 from ..validation import check_identifier, check_int, invalid
 from .context import Context, naming
 from .redaction import REDACTED
+from .subscription_rules import claim_topic, topic_of
 
 MAX_TASKS = 100
 """The most tasks a connector may be split into."""
@@ -108,12 +112,16 @@ class ConnectorsService:
         max_tasks: int = 1,
     ) -> ConnectorView:
         """Create a connector (validated, split into tasks); the same definition again is a
-        no-op (``created`` False), another under the same name a conflict."""
+        no-op (``created`` False), another under the same name a conflict, and one on a topic
+        of another namespace a conflict too (as for a subscription)."""
         self._c.write()
         spec, task_configs = self.check(
             name, kind, config, tolerance=tolerance, max_tasks=max_tasks
         )
-        connector, created = await self._c.store.create_connector(spec, task_configs, self._c.now())
+        store, namespace = self._c.store, self._c.namespace
+        info = await topic_of(store, spec.topic, namespace, "a connector")
+        connector, created = await store.create_connector(spec, task_configs, self._c.now())
+        await claim_topic(store, info, namespace)
         if created:
             detail = {"kind": spec.kind, "topic": spec.topic, "tasks": len(task_configs)}
             await self._c.audit("connectors.create", spec.name, detail)
@@ -136,7 +144,7 @@ class ConnectorsService:
         with naming("name"):
             name = check_identifier(name, "connector name")
         with naming("kind"):
-            plugin = self._c.app.connector_kinds.get(_text(kind, "kind"))
+            plugin = self._c.app.connector_kinds.get(_text(kind, "kind"), Reach.of(self._c.app))
         if not isinstance(config, Mapping):
             raise ConnectorConfigError(
                 f"config: must be a JSON object, not {config!r}", field="config"

@@ -8,9 +8,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import fields, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidArgumentError
+from ..admin_records import DEFAULT_NAMESPACE
+from ..errors import ConflictError, InvalidArgumentError
 from ..events.masking import public_target
 from ..events.records import DeliveryPolicy, Subscription, TopicInfo
 from ..events.specs import build_filter, build_policy
@@ -19,6 +20,9 @@ from ..serialization import check_json
 from ..validation import check_label, check_queue, check_topic, shorten
 from .context import guess_field, naming
 from .views import SubscriptionView
+
+if TYPE_CHECKING:
+    from ..store.ports import Events
 
 POLICY_FIELDS = tuple(f.name for f in fields(DeliveryPolicy))
 """The delivery options a subscription takes."""
@@ -137,6 +141,28 @@ def replay_message(
 def has_row(info: TopicInfo) -> bool:
     """True when a topic exists in the store: events ever written, or settings."""
     return bool(info.last_offset or info.events or info.max_age or info.max_events)
+
+
+async def topic_of(store: Events, topic: str, namespace: str, who: str) -> TopicInfo:
+    """The topic ``who`` (``a subscription``, ``a connector``) of ``namespace`` is defined on,
+    or :class:`~cronbus.errors.ConflictError` when it belongs to another namespace: everything
+    that reads or writes a topic does so in its own namespace only (without saying whose the
+    topic is). An unknown topic reads as an empty one of the default namespace: anyone's."""
+    info = await store.get_topic(topic)
+    if info.namespace != namespace and (has_row(info) or info.namespace != DEFAULT_NAMESPACE):
+        raise ConflictError(
+            f"topic {topic!r} belongs to another namespace; {who} uses topics of its own "
+            "namespace only"
+        )
+    return info
+
+
+async def claim_topic(store: Events, info: TopicInfo, namespace: str) -> None:
+    """After a definition on a topic no one has written (``info`` from :func:`topic_of`),
+    claim it for ``namespace`` now, so another namespace cannot create it later and have its
+    events pushed here (a topic's namespace is its first writer's)."""
+    if not has_row(info):
+        await store.set_retention(info.name, None, None, namespace=namespace)
 
 
 def _moved(before: int, cursor: int) -> str:

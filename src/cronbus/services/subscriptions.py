@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..admin_records import DEFAULT_NAMESPACE
 from ..errors import (
     ConflictError,
     DeliveryNotFoundError,
@@ -39,12 +38,13 @@ from .subscription_rules import (
     TARGET_FIELDS,
     build_target,
     check_topic_name,
-    has_row,
+    claim_topic,
     masked,
     named_filter,
     named_policy,
     replay_message,
     subscription_state,
+    topic_of,
 )
 from .views import DeliveryDetail, ReplayResult, SubscriptionInput, SubscriptionView
 
@@ -159,15 +159,7 @@ class SubscriptionsService:
             start=given.start,
             namespace=self._c.namespace,
         )
-        info = await self._c.store.get_topic(topic)
-        # An unknown topic reads as an empty one of the default namespace.
-        if info.namespace != self._c.namespace and (
-            has_row(info) or info.namespace != DEFAULT_NAMESPACE
-        ):
-            raise ConflictError(
-                f"topic {topic!r} belongs to another namespace; a subscription reads topics of "
-                "its own namespace only"
-            )
+        info = await topic_of(self._c.store, topic, self._c.namespace, "a subscription")
         if given.replace_existing:
             await self._mine_or_absent(name)
         try:
@@ -183,10 +175,7 @@ class SubscriptionsService:
             raise ConflictError(
                 f"a subscription named {name!r} exists in another namespace"
             ) from None
-        if not has_row(info):
-            # Claim the topic for this namespace now, so another namespace cannot create it
-            # later and have its events pushed here (a topic's namespace is its first writer's).
-            await self._c.store.set_retention(topic, None, None, namespace=self._c.namespace)
+        await claim_topic(self._c.store, info, self._c.namespace)
         await self._c.store.notify([SUBSCRIPTIONS_CHANNEL])
         await self._c.audit(
             "subscriptions.create", name, {"topic": topic, "target": public_target(target)}

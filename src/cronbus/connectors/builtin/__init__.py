@@ -16,6 +16,7 @@ Each module's docstring lists its config fields and defaults.
 from __future__ import annotations
 
 from ...errors import ConnectorConfigError
+from ..allow import NOWHERE, Reach, Reaching
 from ..api import Connector
 from .files import FileSinkConnector, FileSourceConnector
 from .http_sink import HttpSinkConnector
@@ -35,16 +36,16 @@ BUILTIN: dict[str, type[Connector]] = {
 """Every built-in connector class by its kind."""
 
 
-def connector_for(kind: str) -> Connector:
-    """A new connector of ``kind``; :class:`~cronbus.errors.ConnectorConfigError` (naming the
-    known kinds) when there is none."""
+def connector_for(kind: str, reach: Reach = NOWHERE) -> Connector:
+    """A new connector of ``kind`` (a file or database one limited to ``reach``);
+    :class:`~cronbus.errors.ConnectorConfigError` (naming the known kinds) when there is none."""
     connector = BUILTIN.get(kind) if isinstance(kind, str) else None
     if connector is None:
         known = ", ".join(sorted(BUILTIN))
         raise ConnectorConfigError(
             f"kind: unknown connector kind {kind!r} (known: {known})", field="kind"
         )
-    return connector()
+    return connector(reach) if issubclass(connector, Reaching) else connector()
 
 
 __all__ = [

@@ -1,8 +1,13 @@
 """``file-source`` and ``file-sink``: JSON lines files in and out of a topic.
 
+Both touch only files under the directories the operator allows (``CRONBUS_CONNECTOR_FILES``,
+:mod:`cronbus.connectors.allow`): a path must be absolute, without ``..``, and inside one of
+them once its symlinks are followed; checked at create and again each time the file is opened
+(a poll of a source, the start of a sink), so a symlink changed since is refused too.
+
 ``file-source`` config (``validate`` fills in the defaults)::
 
-    path          the file to read (absolute: a relative one is relative to each worker)
+    path          the file to read (absolute)
     topic         the topic to append to
     type          "file.line", the events' type
     poll_seconds  1.0
@@ -26,7 +31,7 @@ the task fails naming the line's byte offset.
 
 ``file-sink`` config::
 
-    path          the file to append to (created if missing)
+    path          the file to append to (absolute; created if missing)
     topic         the topic to read
 
 It appends one CloudEvent per line (``to_cloudevent()`` as compact JSON) in topic order, and
@@ -53,6 +58,7 @@ from typing import Any, BinaryIO, NoReturn
 from ...errors import InvalidArgumentError
 from ...events.event import Event
 from ...serialization import check_json
+from ..allow import NOWHERE, Reach, Reaching, allowed_file, open_allowed
 from ..api import (
     JSON,
     Config,
@@ -99,14 +105,16 @@ class FileSourceConfig:
         return f"file:{self.path}"
 
 
-class FileSourceConnector(SourceConnector):
+class FileSourceConnector(Reaching, SourceConnector):
     """Reads a JSON lines file as it grows (one task)."""
 
     kind = "file-source"
 
     def validate(self, config: Config) -> dict[str, JSON]:
-        """The config checked, with its defaults filled in."""
-        return dataclasses.asdict(FileSourceConfig.read(config))
+        """The config checked (its path one the operator allows), defaults filled in."""
+        settings = FileSourceConfig.read(config)
+        allowed_file(settings.path, self.reach)
+        return dataclasses.asdict(settings)
 
     def task_configs(self, config: Config, max_tasks: int) -> list[dict[str, JSON]]:
         """One task: a file is read in order, by one reader."""
@@ -114,20 +122,22 @@ class FileSourceConnector(SourceConnector):
 
     def task(self) -> FileSourceTask:
         """A new, unstarted task."""
-        return FileSourceTask()
+        return FileSourceTask(self.reach)
 
 
 class FileSourceTask(SourceTask):
     """Reads the complete lines past its byte offset (the file is opened per poll: no handle
     is held between polls)."""
 
-    def __init__(self) -> None:
+    def __init__(self, reach: Reach = NOWHERE) -> None:
+        self._reach = reach
         self._settings: FileSourceConfig | None = None
         self._offset = 0
 
     def start(self, config: Config, positions: Mapping[str, JSON]) -> None:
         """Resume at the committed byte offset (0 on the first start)."""
         settings = self._settings = FileSourceConfig.read(config)
+        allowed_file(settings.path, self._reach)
         offset = positions.get(settings.partition, 0)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"position of {settings.partition!r} is not a byte offset: {offset!r}")
@@ -137,7 +147,8 @@ class FileSourceTask(SourceTask):
         """The complete lines after the offset, at most ``batch`` of them."""
         settings = self._config()
         records: list[SourceRecord] = []
-        with open(settings.path, "rb") as file:
+        # Checked at each open: the path's symlinks may have moved since the create.
+        with os.fdopen(open_allowed(settings.path, self._reach, os.O_RDONLY), "rb") as file:
             self._check_size(file)
             file.seek(self._offset)
             while len(records) < settings.batch:
@@ -228,14 +239,16 @@ class FileSinkConfig:
         return settings
 
 
-class FileSinkConnector(SinkConnector):
+class FileSinkConnector(Reaching, SinkConnector):
     """Appends a topic's events to a file, one CloudEvent JSON per line (one task)."""
 
     kind = "file-sink"
 
     def validate(self, config: Config) -> dict[str, JSON]:
-        """The config checked, with its defaults filled in."""
-        return dataclasses.asdict(FileSinkConfig.read(config))
+        """The config checked (its path one the operator allows), defaults filled in."""
+        settings = FileSinkConfig.read(config)
+        allowed_file(settings.path, self.reach)
+        return dataclasses.asdict(settings)
 
     def task_configs(self, config: Config, max_tasks: int) -> list[dict[str, JSON]]:
         """One task: two writers would interleave their lines."""
@@ -243,24 +256,29 @@ class FileSinkConnector(SinkConnector):
 
     def task(self) -> FileSinkTask:
         """A new, unstarted task."""
-        return FileSinkTask()
+        return FileSinkTask(self.reach)
 
 
 class FileSinkTask(SinkTask):
     """Appends lines to a buffered file, made durable by :meth:`flush`."""
 
-    def __init__(self) -> None:
+    def __init__(self, reach: Reach = NOWHERE) -> None:
+        self._reach = reach
         self._file: BinaryIO | None = None
 
     def start(self, config: Config) -> None:
-        """Open the file for appending, creating it (and making its name durable) if missing."""
-        path = Path(FileSinkConfig.read(config).path)
+        """Open the file for appending, creating it (and making its name durable) if missing;
+        only where the operator allows (checked again now: symlinks may have moved)."""
+        given = FileSinkConfig.read(config).path
+        path = Path(allowed_file(given, self._reach))
         if not path.parent.is_dir():
-            raise config_error("path", "must be in an existing directory", str(path))
+            raise config_error("path", "must be in an existing directory", given)
         created = not path.exists()
         if not created:
-            _end_last_line(path)
-        self._file = open(path, "ab")  # noqa: SIM115 (open until stop(), not for one block)
+            with os.fdopen(open_allowed(given, self._reach, os.O_RDWR), "r+b") as existing:
+                _end_last_line(existing)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        self._file = os.fdopen(open_allowed(given, self._reach, flags), "ab")
         if created:
             _fsync_directory(path.parent)
 
@@ -301,22 +319,22 @@ _LINE_START = b'{"specversion":"1.0",'
 _TAIL_CHUNK = 64 * 1024
 
 
-def _end_last_line(path: Path) -> None:
-    """Make ``path`` end with a newline, durably, before appending to it: a last line of the
-    sink's own cut short by a crash is cut off, any other unterminated line is ended."""
-    with open(path, "r+b") as file:
-        size = file.seek(0, os.SEEK_END)
-        start = _last_line_start(file, size)
-        if start == size:
-            return
-        file.seek(start)
-        if _LINE_START.startswith(file.read(len(_LINE_START))):
-            file.truncate(start)
-        else:
-            file.seek(size)
-            file.write(b"\n")
-        file.flush()
-        os.fsync(file.fileno())
+def _end_last_line(file: BinaryIO) -> None:
+    """Make ``file`` (open for reading and writing) end with a newline, durably, before
+    appending to it: a last line of the sink's own cut short by a crash is cut off, any other
+    unterminated line is ended."""
+    size = file.seek(0, os.SEEK_END)
+    start = _last_line_start(file, size)
+    if start == size:
+        return
+    file.seek(start)
+    if _LINE_START.startswith(file.read(len(_LINE_START))):
+        file.truncate(start)
+    else:
+        file.seek(size)
+        file.write(b"\n")
+    file.flush()
+    os.fsync(file.fileno())
 
 
 def _last_line_start(file: BinaryIO, size: int) -> int:

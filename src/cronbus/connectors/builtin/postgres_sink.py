@@ -2,7 +2,8 @@
 
 Config (``validate`` fills in the defaults)::
 
-    url     postgresql://…: the table's database (not the cronbus store)
+    url     postgresql://…: the table's database, one the operator allows
+            (CRONBUS_CONNECTOR_DATABASES), never the cronbus store
     table   the table, optionally schema-qualified (sales.customers)
     key     "key": a text column with a unique index (ON CONFLICT needs one)
     data    "data": a jsonb column
@@ -33,6 +34,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 
 from ...errors import ConnectorConfigError
+from ..allow import NOWHERE, Reach, Reaching, allowed_database
 from ..api import JSON, Config, RetriableError, SinkConnector, SinkRecord, SinkTask
 from .config import POSTGRES_SCHEMES, Fields, quote
 
@@ -79,14 +81,16 @@ class PostgresSinkConfig:
         )
 
 
-class PostgresSinkConnector(SinkConnector):
+class PostgresSinkConnector(Reaching, SinkConnector):
     """Upserts each event's data by its key into a PostgreSQL table (one task)."""
 
     kind = "postgres-sink"
 
     def validate(self, config: Config) -> dict[str, JSON]:
-        """The config checked, with its defaults filled in."""
-        return dataclasses.asdict(PostgresSinkConfig.read(config))
+        """The config checked (its database one the operator allows), defaults filled in."""
+        settings = PostgresSinkConfig.read(config)
+        allowed_database(settings.url, self.reach)
+        return dataclasses.asdict(settings)
 
     def task_configs(self, config: Config, max_tasks: int) -> list[dict[str, JSON]]:
         """One task: the last write of a key must be the last event of that key."""
@@ -94,18 +98,23 @@ class PostgresSinkConnector(SinkConnector):
 
     def task(self) -> PostgresSinkTask:
         """A new, unstarted task."""
-        return PostgresSinkTask()
+        return PostgresSinkTask(self.reach)
 
 
 class PostgresSinkTask(SinkTask):
     """Upserts records into an open transaction that :meth:`flush` commits."""
 
-    def __init__(self) -> None:
+    def __init__(self, reach: Reach = NOWHERE) -> None:
+        self._reach = reach
         self._writer: _Writer | None = None
 
     def start(self, config: Config) -> None:
-        """Connect, and check the table, its columns and the key's unique index."""
-        self._writer = _Writer(PostgresSinkConfig.read(config))
+        """Check the database is one the operator allows (again: the allow list may have
+        changed since the create), connect, and check the table, its columns and the key's
+        unique index."""
+        settings = PostgresSinkConfig.read(config)
+        allowed_database(settings.url, self._reach)
+        self._writer = _Writer(settings)
         try:
             self._writer.probe()
         except BaseException:

@@ -2,8 +2,9 @@
 
 Config (``validate`` fills in the defaults)::
 
-    url           sqlite:///path.db or postgresql://…: the table's database, not the cronbus
-                  store (SQLite is opened read-only)
+    url           sqlite:///path.db or postgresql://…: the table's database, one the operator
+                  allows (CRONBUS_CONNECTOR_DATABASES), never the cronbus store (SQLite is
+                  opened read-only)
     table         the table, optionally schema-qualified (sales.orders)
     key           a unique column whose values only grow (a serial id, an insert timestamp)
     topic         the topic to append to
@@ -49,8 +50,9 @@ import psycopg
 
 from ...errors import ConnectorConfigError, InvalidArgumentError
 from ...validation import check_event_id
+from ..allow import NOWHERE, Reach, Reaching, allowed_database
 from ..api import JSON, Config, RetriableError, SourceConnector, SourceRecord, SourceTask
-from .config import POSTGRES_SCHEMES, SQLITE_SCHEMES, Fields, quote, sqlite_path
+from .config import POSTGRES_SCHEMES, SQLITE_SCHEMES, Fields, quote
 
 _CONNECT_TIMEOUT = 10
 
@@ -90,14 +92,16 @@ class SqlSourceConfig:
         return f"table:{self.table}"
 
 
-class SqlSourceConnector(SourceConnector):
+class SqlSourceConnector(Reaching, SourceConnector):
     """Reads a table's new rows by an increasing key column (one task)."""
 
     kind = "sql-source"
 
     def validate(self, config: Config) -> dict[str, JSON]:
-        """The config checked, with its defaults filled in."""
-        return dataclasses.asdict(SqlSourceConfig.read(config))
+        """The config checked (its database one the operator allows), defaults filled in."""
+        settings = SqlSourceConfig.read(config)
+        allowed_database(settings.url, self.reach)
+        return dataclasses.asdict(settings)
 
     def task_configs(self, config: Config, max_tasks: int) -> list[dict[str, JSON]]:
         """One task: rows must be read in key order, which one reader alone keeps."""
@@ -105,13 +109,14 @@ class SqlSourceConnector(SourceConnector):
 
     def task(self) -> SqlSourceTask:
         """A new, unstarted task."""
-        return SqlSourceTask()
+        return SqlSourceTask(self.reach)
 
 
 class SqlSourceTask(SourceTask):
     """Polls one table for rows past the last key it read."""
 
-    def __init__(self) -> None:
+    def __init__(self, reach: Reach = NOWHERE) -> None:
+        self._reach = reach
         self._settings: SqlSourceConfig | None = None
         self._db: _Database | None = None
         self._last: Any = None
@@ -155,8 +160,12 @@ class SqlSourceTask(SourceTask):
 
     def _connect(self) -> _Database:
         settings = self._config()
-        opener = _Sqlite if urlsplit(settings.url).scheme.lower() == "sqlite" else _Postgres
-        self._db = opener(settings)
+        # Checked at each connection: an SQLite file's symlinks may have moved since the create.
+        key = allowed_database(settings.url, self._reach)
+        if urlsplit(settings.url).scheme.lower() == "sqlite":
+            self._db = _Sqlite(settings, key.where)
+        else:
+            self._db = _Postgres(settings)
         return self._db
 
 
@@ -252,9 +261,9 @@ class _Sqlite(_Database):
     placeholder = "?"
     quote_mark = "`"
 
-    def __init__(self, settings: SqlSourceConfig) -> None:
+    def __init__(self, settings: SqlSourceConfig, path: str) -> None:
         super().__init__(settings)
-        uri = f"file:{url_quote(sqlite_path(settings.url))}?mode=ro"
+        uri = f"file:{url_quote(path)}?mode=ro"
         try:
             # check_same_thread=False: the runtime calls each method from a worker thread,
             # not always the same one (calls never overlap). isolation_level=None: no

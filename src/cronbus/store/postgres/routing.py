@@ -20,7 +20,8 @@ from ...distribution.routing import (
     assign_targets,
     needs_load,
 )
-from ...model import NewRun, WorkerState
+from ...liveness import live_sql
+from ...model import NewRun
 from ...states import ACTIVE, RunEvent, RunState, sources, sql_in
 from ..logic import WORKER_GONE, WORKER_GONE_STATE, Ended, wakeups, worker_gone
 from ..ports import RUNS_CHANNEL
@@ -29,9 +30,7 @@ from . import fanout
 from .connection import Connected, Row, Tx
 from .rows import arrays
 
-_LIVE = f"""
-    w.state = '{WorkerState.ALIVE.value}' AND w.heartbeat_at + w.lease_seconds >= %(now)s
-"""
+_LIVE = live_sql("%(now)s", "w")
 _WAITING = sql_in(sources(RunEvent.CLAIM) | sources(RunEvent.DUE))
 LIVE_WORKERS = f"""
 SELECT w.id, w.namespace, w.queues, w.labels, w.tasks FROM workers w

@@ -313,6 +313,15 @@ class Run:
     shard_total: int | None = None
     children: Children | None = None
     """Set on a fan-out parent: its children's counters."""
+    tries: int = 0
+    """Attempts that spent the retry budget (``max_attempts``) since it was last renewed by a
+    retry by hand, the running one included (:mod:`cronbus.run_figures`)."""
+    lost: int = 0
+    """Lost attempts since the budget was last renewed (they spend no try)."""
+    started_at: float | None = None
+    """When its first attempt started (None: none has)."""
+    worker_id: str | None = None
+    """The worker of its last attempt (None: none has started)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,6 +20,7 @@ from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
+from .. import run_figures
 from ..errors import WorkerNotFoundError
 from ..fairness import EVERY_QUEUE
 from ..model import Run, WorkerState
@@ -345,7 +346,7 @@ def _running_table(runs: Sequence[Run]) -> Table:
             run.task,
             run.queue,
             render.state_text(run.state),
-            f"{run.attempts}/{run.max_attempts}",
+            run_figures.attempts_cell(run),
             render.human_time(run.lease_expires),
         )
     return table

@@ -94,6 +94,8 @@ class Children:
     ended: int
     succeeded: int
     reduce_run_id: int | None = None
+    reduce_task: str | None = None
+    """The task of the reduce run: the parent shows its result, so its redaction applies."""
     note: str = ""
     """Why a parent ended without children (a broadcast when no live worker knew the task)."""
 

@@ -35,6 +35,14 @@ def figures_app(url: str, clock: FakeClock | None = None) -> App:
     def sum_up(n: int, ctx: RunContext) -> str:
         return f"mapped {ctx.map(ident, range(n), reduce=total)}"
 
+    @app.task(name="hidden_total", redact=True)
+    def hidden_total(results: list[int]) -> int:
+        return sum(results)
+
+    @app.task(name="sum_hidden")
+    def sum_hidden(n: int, ctx: RunContext) -> str:
+        return f"mapped {ctx.map(ident, range(n), reduce=hidden_total)}"
+
     @app.task(name="fails_once", retries=0)
     def fails_once(flag: str) -> str:
         if not Path(flag).exists():
@@ -99,6 +107,17 @@ async def test_a_map_reduce_parent_shows_its_reduce_result_at_every_door(api: Ap
     html = await page(api, f"/runs/{parent}")
     result = html[html.index('id="run-result"') :]
     assert result[: result.index("</")].endswith("6")
+
+
+async def test_a_parent_hides_the_result_its_reduce_task_hides(api: Api) -> None:
+    created = await api.call("POST", "/v1/runs", json={"task": "sum_hidden", "args": [3]})
+    parent = created.json()["run"]["id"]
+    await run_until_idle_async(api.app)
+    shown = (await api.call("GET", f"/v1/runs/{parent}")).json()["run"]
+    assert (shown["state"], shown["result"]) == ("succeeded", "[redacted]")
+    listed = (await api.call("GET", "/v1/runs", params={"task": "sum_hidden"})).json()["items"]
+    assert [r["result"] for r in listed] == ["[redacted]"]
+    assert await RunHandle(api.app, parent).result_async() == 3  # local code sees it whole
 
 
 async def test_a_bulk_retry_counts_tries_against_the_budget(api: Api, tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ RUN_COLUMNS = """
     r.namespace, r.route, r.route_labels, r.limit_key, r.rate_key, r.parent_id, r.child_index,
     r.shard_total, f.kind, f.total, f.ended, f.succeeded, f.reduce_run, f.note,
     a.worker_id, r.lost, ra.result,
-    (SELECT x.started_at FROM attempts x WHERE x.run_id = r.id ORDER BY x.id LIMIT 1)
+    (SELECT x.started_at FROM attempts x WHERE x.run_id = r.id ORDER BY x.id LIMIT 1), rr.task
 """
 # A fan-out parent's counters come with it (fanouts is keyed by the parent's id; most runs have
 # no row there, which the primary key answers at once), and a map-reduce parent's reduce run's
@@ -194,6 +194,7 @@ def _children(row: Row) -> Children | None:
         ended=row[38],
         succeeded=row[39],
         reduce_run_id=row[40],
+        reduce_task=row[46],
         note=row[41] or "",
     )
 

@@ -5,7 +5,11 @@ how long a run took from its start, and which worker ran its last attempt."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import re
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -83,6 +87,24 @@ async def page(api: Api, path: str) -> str:
         await browser.close()
 
 
+async def cli(url: str, *args: str) -> str:
+    """``cronbus ARGS --store URL`` run as a user would; its output."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "cronbus",
+        *args,
+        "--store",
+        url,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CRONBUS_")},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
 def row_of(html: str, run_id: int) -> str:
     """The runs table's row of ``run_id``."""
     start = html.index(f'<tr data-run="{run_id}">')
@@ -94,7 +116,9 @@ def cells(row: str) -> list[str]:
     return [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
 
 
-async def test_a_map_reduce_parent_shows_its_reduce_result_at_every_door(api: Api) -> None:
+async def test_a_map_reduce_parent_shows_its_reduce_result_at_every_door(
+    api: Api, each_store_url: str
+) -> None:
     created = await api.call("POST", "/v1/runs", json={"task": "sum_up", "args": [4]})
     assert created.status_code in (200, 201), created.text
     parent = created.json()["run"]["id"]
@@ -107,6 +131,8 @@ async def test_a_map_reduce_parent_shows_its_reduce_result_at_every_door(api: Ap
     html = await page(api, f"/runs/{parent}")
     result = html[html.index('id="run-result"') :]
     assert result[: result.index("</")].endswith("6")
+    shown_json = json.loads(await cli(each_store_url, "runs", "show", str(parent), "--json"))
+    assert shown_json["result"] == 6
 
 
 async def test_a_parent_hides_the_result_its_reduce_task_hides(api: Api) -> None:
@@ -120,7 +146,9 @@ async def test_a_parent_hides_the_result_its_reduce_task_hides(api: Api) -> None
     assert await RunHandle(api.app, parent).result_async() == 3  # local code sees it whole
 
 
-async def test_a_bulk_retry_counts_tries_against_the_budget(api: Api, tmp_path: Path) -> None:
+async def test_a_bulk_retry_counts_tries_against_the_budget(
+    api: Api, tmp_path: Path, each_store_url: str
+) -> None:
     created = await api.call(
         "POST", "/v1/runs", json={"task": "fails_once", "args": [str(tmp_path / "flag")]}
     )
@@ -148,6 +176,8 @@ async def test_a_bulk_retry_counts_tries_against_the_budget(api: Api, tmp_path: 
     table = cells(row_of(await page(api, "/runs"), run_id))
     assert "2/1" not in table
     assert "2 (1/1)" in table
+    text = await cli(each_store_url, "runs", "show", str(run_id))
+    assert "2 attempts: try 1 of 1, 1 before a retry by hand" in " ".join(text.split())
 
 
 async def test_the_runs_table_times_a_run_from_its_start_and_names_its_worker(

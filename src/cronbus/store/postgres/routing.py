@@ -1,11 +1,11 @@
 """Routing in the PostgreSQL store: live workers, targets at insert, reroutes, unknown tasks.
 
 A live worker is a registry row ``alive`` whose heartbeat (the worker's own clock, as
-``heartbeat_at`` is written) is within its own ``lease_seconds`` of the caller's ``now``, the
-rule :meth:`list_workers` applies. Targets are chosen by :func:`~cronbus.distribution.routing.
-assign_targets` in the transaction that inserts (or reroutes) the runs; round robin's turn per
-(namespace, task) is a ``route_cursors`` row, locked by that transaction (in key order, so two
-inserts never wait on each other in a cycle).
+``heartbeat_at`` is written) is within its own ``lease_seconds`` of the caller's ``now``: the
+rule of :mod:`cronbus.liveness`, which :meth:`list_workers` applies too. Targets are chosen by
+:func:`~cronbus.distribution.routing.assign_targets` in the transaction that inserts (or
+reroutes) the runs; round robin's turn per (namespace, task) is a ``route_cursors`` row, locked
+by that transaction (in key order, so two inserts never wait on each other in a cycle).
 """
 
 from __future__ import annotations

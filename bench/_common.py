@@ -340,7 +340,7 @@ async def wait_for_workers(store: Store, pids: Sequence[int], timeout: float = 3
     deadline = time.monotonic() + timeout
     wanted = set(pids)
     while True:
-        workers = await store.list_workers(time.time(), 30.0)
+        workers = await store.list_workers(time.time())
         alive = {w.pid for w in workers if w.state.value == "alive"}
         if wanted <= alive:
             return

@@ -60,7 +60,7 @@ async def _worker_ready(worker: Worker, timeout: float) -> None:
     """Wait until the worker is registered (and has had a moment to listen)."""
     deadline = time.monotonic() + timeout
     while True:
-        workers = await worker.store.list_workers(time.time(), 30.0)
+        workers = await worker.store.list_workers(time.time())
         if any(w.id == worker.id and w.state.value == "alive" for w in workers):
             break
         if time.monotonic() > deadline:

@@ -258,7 +258,7 @@ class Workers:
         self.check_alive()
         pids = [p.pid for p in procs]
         await wait_for_workers(app.store, pids, 60.0)
-        return {w.pid: w.id for w in await app.store.list_workers(time.time(), 30.0)}
+        return {w.pid: w.id for w in await app.store.list_workers(time.time())}
 
     def kill(self, proc: subprocess.Popen[bytes]) -> float:
         """SIGKILL ``proc`` and reap it; the time the signal was sent."""

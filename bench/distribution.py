@@ -327,7 +327,7 @@ async def keys_moved(url: str, kind: str, args: argparse.Namespace) -> Outcome:
             (joined_pid,) = workers.start(1, concurrency=args.concurrency)
             await workers.ready()
             after = await _defer_keys(keys)
-            registry = await app.store.list_workers(time.time(), 30.0)
+            registry = await app.store.list_workers(time.time())
             joined = next(w.id for w in registry if w.pid == joined_pid)
             runs = await _runs([*before, *after])
     first = [runs[i].target_worker for i in before]

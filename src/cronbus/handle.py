@@ -9,12 +9,11 @@ returns the run whatever its end.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .distribution.fanout import summary
 from .errors import RunFailedError, RunTimeoutError
-from .model import JSON, ErrorInfo, FanOutKind, Run
+from .model import JSON, ErrorInfo, Run
 from .states import RunState
 from .waiters import waiters
 
@@ -131,20 +130,9 @@ class RunHandle:
         return self._app.blocking(self.result_async())
 
     async def result_async(self) -> JSON:
-        """:attr:`result`, from async code."""
-        return (await self._resolved(await self.fetch_async())).result
-
-    async def _resolved(self, run: Run) -> Run:
-        """``run`` with the result a fan-out parent answers with (see :attr:`result`)."""
-        children = run.children
-        if children is None:
-            return run
-        if children.kind is not FanOutKind.MAP:
-            return replace(run, result=None)
-        if children.reduce_run_id is None:
-            return run
-        reduce = await (await self._runs()).get(children.reduce_run_id)
-        return replace(run, result=reduce.result)
+        """:attr:`result`, from async code (the store shows a fan-out parent's result as
+        :func:`cronbus.run_figures.shown_result` says, for every door alike)."""
+        return (await self.fetch_async()).result
 
     @property
     def error(self) -> ErrorInfo | None:
@@ -184,7 +172,6 @@ class RunHandle:
         run = await self.fetch_async()
         while True:
             if run.state.terminal:
-                run = await self._resolved(run)
                 return check_ended(run) if raise_error else run
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:

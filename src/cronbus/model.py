@@ -94,6 +94,8 @@ class Children:
     ended: int
     succeeded: int
     reduce_run_id: int | None = None
+    reduce_task: str | None = None
+    """The task of the reduce run: the parent shows its result, so its redaction applies."""
     note: str = ""
     """Why a parent ended without children (a broadcast when no live worker knew the task)."""
 
@@ -313,6 +315,15 @@ class Run:
     shard_total: int | None = None
     children: Children | None = None
     """Set on a fan-out parent: its children's counters."""
+    tries: int = 0
+    """Attempts that spent the retry budget (``max_attempts``) since it was last renewed by a
+    retry by hand, the running one included (:mod:`cronbus.run_figures`)."""
+    lost: int = 0
+    """Lost attempts since the budget was last renewed (they spend no try)."""
+    started_at: float | None = None
+    """When its first attempt started (None: none has)."""
+    worker_id: str | None = None
+    """The worker of its last attempt (None: none has started)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

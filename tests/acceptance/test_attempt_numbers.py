@@ -2,7 +2,7 @@
 
 Attempts are numbered 1, 2, ... in the order they started, lost ones included (``runs show``,
 the ATTEMPTS column of ``runs list``); tries count the retry budget, which a lost attempt does
-not use (``runs show`` says "2 (1 lost); 1 try allowed", the worker's log "attempt 2 (try 1 of
+not use (``runs show`` says "2 attempts: try 1 of 1, 1 lost", the worker's log "attempt 2 (try 1 of
 1)").
 
 The lost attempt is real: a claim whose holder never renews its lease, reaped by a real
@@ -98,7 +98,7 @@ async def test_runs_show_and_runs_list_agree_after_a_lost_attempt(
     assert [a["number"] for a in shown["attempts"]] == [1, 2]
     assert shown["attempt_count"] == 2
     text = await cronbus("runs", "show", str(run_id), "--store", sqlite_url)
-    assert "2 (1 lost); 1 try allowed" in text
+    assert "2 attempts: try 1 of 1, 1 lost" in text
     table = await cronbus("runs", "list", "--store", sqlite_url)
     assert table.split()[5] == "ATTEMPTS"
     (row,) = [line.split() for line in table.splitlines() if line.split()[:1] == [str(run_id)]]

@@ -82,7 +82,7 @@ async def test_a_worker_serves_the_namespace_it_is_given(
     assert proc.poll() is None
     assert out.read_text().split() == ["2"]
     assert (await waiting.fetch_async()).state is RunState.QUEUED
-    live = await app.store.list_workers(app.clock.now(), app.settings.lease_seconds)
+    live = await app.store.list_workers(app.clock.now())
     assert [(w.pid, w.namespace) for w in live] == [(proc.pid, "billing")]
 
 

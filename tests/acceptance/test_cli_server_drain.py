@@ -111,7 +111,7 @@ async def test_draining_the_servers_worker_stops_the_server_gracefully(
         return out.exists() and "started" in out.read_text()
 
     await until(started, DEADLINE_SECONDS)
-    live = await app.store.list_workers(app.clock.now(), app.settings.lease_seconds)
+    live = await app.store.list_workers(app.clock.now())
     (worker,) = [w for w in live if w.pid == proc.pid]
 
     status, said = await cronbus("workers", "drain", worker.id, "--store", url)

@@ -75,7 +75,7 @@ async def test_second_sigint_exits_at_once_despite_a_thread_blocked_in_c(
     assert attempt.outcome is AttemptOutcome.LOST
     assert attempt.error is not None
     assert attempt.error.type == "WorkerShutdown"
-    (worker,) = await app.store.list_workers(app.clock.now(), 30.0)
+    (worker,) = await app.store.list_workers(app.clock.now())
     assert worker.state.value == "stopped"
 
 

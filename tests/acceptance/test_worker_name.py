@@ -21,13 +21,13 @@ async def test_a_named_worker_registers_under_its_name(sqlite_url: str, tmp_path
         proc = pool.start(concurrency=1, args=["--name", "billing-primary"])
 
         async def registered() -> bool:
-            workers = await store.list_workers(now=0.0, lease_seconds=1e12)
+            workers = await store.list_workers(now=0.0)
             return any(w.id == "billing-primary" and w.pid == proc.pid for w in workers)
 
         await until(registered)
         proc.send_signal(signal.SIGTERM)
         assert await wait_exit(proc, 30) == 0
-        (entry,) = [w for w in await store.list_workers(0.0, 1e12) if w.id == "billing-primary"]
+        (entry,) = [w for w in await store.list_workers(0.0) if w.id == "billing-primary"]
         assert entry.state is WorkerState.STOPPED
     finally:
         pool.stop_all()

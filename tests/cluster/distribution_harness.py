@@ -108,7 +108,7 @@ async def registered(app: App, fleet: Fleet, *procs: Proc, timeout: float = 30.0
     async def all_alive() -> bool:
         for proc in procs:
             assert proc.alive, fleet.outputs()
-        for info in await app.store.list_workers(time.time(), 60):
+        for info in await app.store.list_workers(time.time()):
             if info.state is WorkerState.ALIVE:
                 found[info.pid] = info.id
         return all(proc.pid in found for proc in procs)

@@ -221,9 +221,7 @@ async def worker_id(app: App, proc: Proc) -> str:
     found: list[str] = []
 
     async def registered() -> bool:
-        found[:] = [
-            w.id for w in await app.store.list_workers(time.time(), 60) if w.pid == proc.pid
-        ]
+        found[:] = [w.id for w in await app.store.list_workers(time.time()) if w.pid == proc.pid]
         return bool(found)
 
     await poll(registered, 30, what=f"{proc.name} registered")

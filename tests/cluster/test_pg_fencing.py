@@ -69,7 +69,7 @@ async def test_late_completion_of_a_reclaimed_attempt_is_refused(
     assert resumed - stopped > LEASE * (1 - 1 / 3)
 
     async def heartbeat_after() -> bool:
-        beats = {w.id: w.heartbeat_at for w in await app.store.list_workers(time.time(), 60)}
+        beats = {w.id: w.heartbeat_at for w in await app.store.list_workers(time.time())}
         return beats[late_id] > resumed
 
     await poll(heartbeat_after, 10, what="the late worker's next heartbeat")

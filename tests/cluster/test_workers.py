@@ -49,7 +49,7 @@ async def test_sigkill_of_a_worker_loses_no_run(app: App, workers: Workers, tmp_
     await until(all_done, timeout=60)
 
     (victim_id,) = [
-        w.id for w in await app.store.list_workers(app.clock.now(), 2.0) if w.pid == victim.pid
+        w.id for w in await app.store.list_workers(app.clock.now()) if w.pid == victim.pid
     ]
     lost = 0
     for run in await app.store.list_runs(RunFilter(limit=runs)):
@@ -81,7 +81,7 @@ async def test_sigterm_drains_running_attempts(app: App, workers: Workers, tmp_p
     proc.send_signal(signal.SIGTERM)
 
     async def draining() -> bool:
-        states = {w.state for w in await app.store.list_workers(app.clock.now(), 30.0)}
+        states = {w.state for w in await app.store.list_workers(app.clock.now())}
         return WorkerState.DRAINING in states or proc.poll() is not None
 
     await until(draining, timeout=10)
@@ -90,7 +90,7 @@ async def test_sigterm_drains_running_attempts(app: App, workers: Workers, tmp_p
     assert (await first.fetch_async()).state is RunState.SUCCEEDED
     assert (await second.fetch_async()).state is RunState.SUCCEEDED
     assert (await late.fetch_async()).state is RunState.QUEUED  # nothing claimed while draining
-    (worker,) = await app.store.list_workers(app.clock.now(), 30.0)
+    (worker,) = await app.store.list_workers(app.clock.now())
     assert worker.state is WorkerState.STOPPED
 
 

@@ -105,9 +105,7 @@ async def test_drain_asks_a_registered_worker(console: Console) -> None:
         response = await browser.post("/workers/w/one/drain")
         assert response.status_code == 303
         assert notice(response.headers["location"]).startswith("Asked worker w/one to drain")
-        (seen,) = [
-            w for w in await console.api.app.store.list_workers(0.0, 1e12) if w.id == "w/one"
-        ]
+        (seen,) = [w for w in await console.api.app.store.list_workers(0.0) if w.id == "w/one"]
         assert seen.drain_requested
         after = parse((await browser.get("/workers")).text)
         row = after.by_id("workers").one("tr", data_worker="w/one")

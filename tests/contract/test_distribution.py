@@ -641,7 +641,7 @@ async def test_job_fan_out_is_stored_and_fired(store: Store) -> None:
 
 async def test_workers_keep_their_lease(store: Store) -> None:
     await register(store, worker("w1", lease_seconds=12.5))
-    (info,) = await store.list_workers(T0, LEASE)
+    (info,) = await store.list_workers(T0)
     assert info.lease_seconds == 12.5
 
 

@@ -206,12 +206,12 @@ async def test_a_subscription_name_of_another_namespace_is_a_conflict(store: Sto
 async def test_workers_keep_their_namespace_and_tasks(store: Store) -> None:
     await store.register_worker(worker("w1", "a", tasks=("send", "bill")))
     await store.register_worker(worker("w2"))
-    seen = {w.id: w for w in await store.list_workers(T0, LEASE)}
+    seen = {w.id: w for w in await store.list_workers(T0)}
     assert (seen["w1"].namespace, tuple(seen["w1"].tasks)) == ("a", ("send", "bill"))
     assert (seen["w2"].namespace, tuple(seen["w2"].tasks)) == ("default", ())
-    assert [w.id for w in await store.list_workers(T0, LEASE, "a")] == ["w1"]
-    assert [w.id for w in await store.list_workers(T0, LEASE, "default")] == ["w2"]
-    assert await store.list_workers(T0, LEASE, "nobody") == []
+    assert [w.id for w in await store.list_workers(T0, "a")] == ["w1"]
+    assert [w.id for w in await store.list_workers(T0, "default")] == ["w2"]
+    assert await store.list_workers(T0, "nobody") == []
 
 
 async def test_a_drain_request_reaches_the_worker_at_its_next_heartbeat(store: Store) -> None:
@@ -231,7 +231,7 @@ async def test_a_drain_request_reaches_the_worker_at_its_next_heartbeat(store: S
     # Only that worker: the other one, and a worker that holds nothing, are told nothing.
     other = await store.beat("w2", T0 + 3, LEASE)
     assert (other.drain_requested, other.held) == (False, [])
-    listed = {w.id: w.drain_requested for w in await store.list_workers(T0 + 3, LEASE)}
+    listed = {w.id: w.drain_requested for w in await store.list_workers(T0 + 3)}
     assert listed == {"w1": True, "w2": False}
     # A worker that registers again (a restart under the same id) starts undrained.
     await store.register_worker(worker("w1", "a"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from cronbus.errors import InvalidTransitionError, RunNotFoundError
@@ -316,16 +318,37 @@ async def test_worker_registry(store: Store) -> None:
     await store.register_worker(info)
     await store.defer([new()], T0)
     await store.claim(request(("q", 1)), T0)
-    (w,) = await store.list_workers(T0 + 1, LEASE)
+    (w,) = await store.list_workers(T0 + 1)
     assert (w.id, w.state, len(w.running), list(w.queues)) == ("w1", WorkerState.ALIVE, 1, ["q"])
     await store.heartbeat("w1", T0 + 20, LEASE)
-    (w,) = await store.list_workers(T0 + 40, LEASE)
+    (w,) = await store.list_workers(T0 + 40)
     assert w.state is WorkerState.ALIVE
-    (w,) = await store.list_workers(T0 + 100, LEASE)
+    (w,) = await store.list_workers(T0 + 100)
     assert w.state is WorkerState.LOST
     await store.set_worker_state("w1", WorkerState.STOPPED, T0 + 100)
-    (w,) = await store.list_workers(T0 + 1000, LEASE)
+    (w,) = await store.list_workers(T0 + 1000)
     assert w.state is WorkerState.STOPPED
+
+
+async def test_a_worker_is_lost_by_its_own_registered_lease(store: Store) -> None:
+    # Whoever reads the registry, the worker's own lease decides (cronbus.liveness).
+    short = WorkerInfo(
+        id="w-short",
+        host="h",
+        pid=1,
+        queues=["q"],
+        concurrency=1,
+        version="0",
+        started_at=T0,
+        heartbeat_at=T0,
+        lease_seconds=5.0,
+    )
+    await store.register_worker(short)
+    await store.register_worker(replace(short, id="w-long", lease_seconds=60.0))
+    states = {w.id: w.state for w in await store.list_workers(T0 + 5)}
+    assert states == {"w-short": WorkerState.ALIVE, "w-long": WorkerState.ALIVE}
+    states = {w.id: w.state for w in await store.list_workers(T0 + 5.5)}
+    assert states == {"w-short": WorkerState.LOST, "w-long": WorkerState.ALIVE}
 
 
 async def test_silent_workers_are_pruned_unless_they_hold_a_run(store: Store) -> None:
@@ -347,7 +370,7 @@ async def test_silent_workers_are_pruned_unless_they_hold_a_run(store: Store) ->
     await store.defer([new()], T0)
     await store.claim(request(("q", 1), worker="holding"), T0)
     assert await store.prune_workers(T0 + 100) == ["gone"]
-    left = {w.id: w for w in await store.list_workers(T0 + 501, LEASE)}
+    left = {w.id: w for w in await store.list_workers(T0 + 501)}
     assert set(left) == {"holding", "fresh"}
     assert list(left["fresh"].labels) == ["gpu", "eu-west"]
     assert await store.prune_workers(T0 + 100) == []

@@ -123,6 +123,7 @@ async def test_a_parent_shows_its_counters_first_children_and_wait(api: Api) -> 
         "ended": 0,
         "succeeded": 0,
         "reduce_run_id": None,
+        "reduce_task": None,
         "note": "",
     }
     assert [c["child_index"] for c in detail["children"]] == list(range(20))

@@ -342,7 +342,7 @@ async def test_broadcast_runs_once_on_each_live_worker_that_fits(shop: App) -> N
 
 
 async def _alive(of: App, count: int) -> bool:
-    workers = await of.store.list_workers(of.clock.now(), of.settings.lease_seconds)
+    workers = await of.store.list_workers(of.clock.now())
     return sum(w.state is WorkerState.ALIVE for w in workers) == count
 
 

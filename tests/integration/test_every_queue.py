@@ -44,7 +44,7 @@ async def started(worker: Worker) -> asyncio.Task[None]:
     app = worker.app
 
     async def registered() -> bool:
-        found = await app.store.list_workers(app.clock.now(), 30.0)
+        found = await app.store.list_workers(app.clock.now())
         return any(w.id == worker.id for w in found)
 
     await until(registered, DEADLINE)
@@ -69,7 +69,7 @@ async def test_a_worker_without_queues_serves_three_queues_one_new(
     worker = Worker(app, concurrency=4)
     running = await started(worker)
     try:
-        (info,) = await app.store.list_workers(app.clock.now(), 30.0)
+        (info,) = await app.store.list_workers(app.clock.now())
         assert list(info.queues) == ["*"]
         first = await tasks.record.defer_async(1, out, queue="default")
         assert (await first.wait_async(DEADLINE)).state is RunState.SUCCEEDED
@@ -160,7 +160,7 @@ async def test_a_worker_with_named_queues_leaves_other_queues_alone(
         mine = await tasks.record.defer_async(2, str(tmp_path / "m"))
         assert (await mine.wait_async(DEADLINE)).state is RunState.SUCCEEDED
         assert (await other.fetch_async()).state is RunState.QUEUED
-        (info,) = await app.store.list_workers(app.clock.now(), 30.0)
+        (info,) = await app.store.list_workers(app.clock.now())
         assert list(info.queues) == ["default"]
     finally:
         await stopped(worker, running)

@@ -202,9 +202,7 @@ async def worker_of(app: App, proc: subprocess.Popen[bytes]) -> WorkerInfo:
     found: list[WorkerInfo] = []
 
     async def registered() -> bool:
-        found[:] = [
-            w for w in await app.store.list_workers(app.clock.now(), 60.0) if w.pid == proc.pid
-        ]
+        found[:] = [w for w in await app.store.list_workers(app.clock.now()) if w.pid == proc.pid]
         return bool(found)
 
     await until(registered)
@@ -413,7 +411,7 @@ async def drain_on_request(a: App, pool: Workers, tmp_path: Path) -> None:
     assert asked.drain_requested
 
     async def draining() -> bool:
-        (now,) = [w for w in await a.store.list_workers(a.clock.now(), 60.0) if w.id == info.id]
+        (now,) = [w for w in await a.store.list_workers(a.clock.now()) if w.id == info.id]
         return now.state is WorkerState.DRAINING
 
     await until(draining)

@@ -69,7 +69,7 @@ async def check_migrated(store: Store) -> None:
     assert [s.spec.namespace for s in await store.list_subscriptions(namespace="default")] == [
         "default"
     ]
-    (worker,) = await store.list_workers(0.0, 30.0, "default")
+    (worker,) = await store.list_workers(0.0, "default")
     assert (worker.namespace, tuple(worker.tasks), worker.drain_requested) == ("default", (), False)
     request = ClaimRequest(
         worker_id="w1", queues=[QueueShare(name="q", limit=5)], limit=5, lease_seconds=30.0

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from cronbus.liveness import is_live
 from cronbus.model import Children, FanOutKind, Lane, Run, WorkerInfo, WorkerState
-from cronbus.services.waiting import Limits, children_line, explain, is_live
+from cronbus.services.waiting import Limits, children_line, explain
 from cronbus.states import RunState
 
 NOW = 1_000_000.0

@@ -18,6 +18,7 @@ from rich.console import Console, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from .. import run_figures
 from ..model import Attempt, Children, ErrorInfo, Run
 from ..states import AttemptOutcome, RunState
 
@@ -100,6 +101,11 @@ def run_json(run: Run) -> dict[str, Any]:
         "updated_at": iso(run.updated_at),
         "finished_at": iso(run.finished_at),
         "lease_owner": run.lease_owner,
+        "tries": run.tries,
+        "lost": run.lost,
+        "started_at": iso(run.started_at),
+        "duration": run_figures.duration(run),
+        "worker_id": run.worker_id,
         "lease_expires": iso(run.lease_expires),
         "route": run.route,
         "route_labels": list(run.route_labels),
@@ -215,7 +221,7 @@ def print_run(
             out.print(Text(warning, style="magenta"))
         else:
             out.print(Text(f"warning: {warning}", style="yellow"))
-    out.print(_run_fields(run, attempts))
+    out.print(_run_fields(run))
     if section is not None:
         out.print()
         out.print(section)
@@ -228,14 +234,14 @@ def print_run(
         _print_blocks(out, attempt)
 
 
-def _run_fields(run: Run, attempts: Sequence[Attempt]) -> Table:
+def _run_fields(run: Run) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
     rows: list[tuple[str, str | Text]] = [
         ("queue", run.queue),
         ("priority", str(run.priority)),
-        ("attempts", attempts_text(run, attempts)),
+        ("attempts", run_figures.attempts_text(run)),
         ("due", human_time(run.eta)),
         ("created", human_time(run.created_at)),
         ("updated", human_time(run.updated_at)),
@@ -244,10 +250,11 @@ def _run_fields(run: Run, attempts: Sequence[Attempt]) -> Table:
         ("result", _compact(run.result)),
     ]
     optional: list[tuple[str, str | None]] = [
-        ("finished", human_time(run.finished_at)),
+        ("started", human_time(run.started_at)),
+        ("finished", _finished_text(run)),
         ("timeout", None if run.timeout is None else f"{run.timeout:g} s"),
         ("idempotency key", run.idempotency_key),
-        ("worker", run.lease_owner),
+        ("worker", run.worker_id),
         ("error", _error_line(run.error)),
         ("route", None if run.route == "any" else run.route),
         ("target worker", run.target_worker),
@@ -273,18 +280,14 @@ def parent_text(run: Run) -> str | None:
     return f"{run.parent_id} (index {run.child_index}{total})"
 
 
-def attempts_text(run: Run, attempts: Sequence[Attempt]) -> str:
-    """``2 (1 lost); 1 try allowed``: attempts made, and the retry budget in tries.
-
-    Attempts are numbered 1, 2, ... in the order they started, lost ones included. A try is an
-    attempt that uses up the budget (``retries + 1`` tries, the worker's log says ``try 1 of
-    3``): a lost attempt (its worker died or stopped) is not a try, and a requeued run gets a
-    fresh budget, so more attempts than tries is normal after either.
-    """
-    lost = sum(1 for a in attempts if a.outcome is AttemptOutcome.LOST)
-    made = f"{run.attempts} ({lost} lost)" if lost else str(run.attempts)
-    tries = "try" if run.max_attempts == 1 else "tries"
-    return f"{made}; {run.max_attempts} {tries} allowed"
+def _finished_text(run: Run) -> str | None:
+    """``2026-01-02 03:04:05 (after 1.5 s)``: the end, and how long the run took from its first
+    attempt's start (:func:`cronbus.run_figures.duration`)."""
+    took = run_figures.duration(run)
+    if run.finished_at is None:
+        return None
+    end = human_time(run.finished_at)
+    return end if took is None else f"{end} (after {took:.3f} s)"
 
 
 def _attempts_table(attempts: Sequence[Attempt]) -> Table:

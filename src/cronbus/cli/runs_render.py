@@ -78,4 +78,4 @@ def worker_text(run: Run) -> str:
         return run.lease_owner
     if run.target_worker is not None:
         return f"→ {run.target_worker}"
-    return run.lease_owner or ""
+    return run.worker_id or ""

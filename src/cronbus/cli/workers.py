@@ -1,11 +1,9 @@
 """The `cronbus workers` commands: list the registered workers, show one.
 
 A worker's state is what the registry says (``alive``, ``draining`` after SIGTERM, ``stopped``
-once it deregistered), except that a worker silent for longer than a lease is reported ``lost``:
-it was killed, paused or cut off, and its runs are requeued by any other worker's reaper. The
-lease is this command's ``lease_seconds`` (``CRONBUS_LEASE_SECONDS``, or the ``--app``'s
-settings): give it the value the workers use, or a worker may be called lost too late or, with a
-shorter lease than theirs, too early.
+once it deregistered), except that a worker silent for longer than its own registered lease is
+reported ``lost`` (:mod:`cronbus.liveness`): it was killed, paused or cut off, and its runs are
+requeued by any other worker's reaper. The lease of this command's process plays no part.
 
 Stopped workers are history, not the cluster: ``list`` hides them unless ``--all`` or
 ``--state stopped`` asks for them.
@@ -22,6 +20,7 @@ from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
+from .. import run_figures
 from ..errors import WorkerNotFoundError
 from ..fairness import EVERY_QUEUE
 from ..model import Run, WorkerState
@@ -72,8 +71,8 @@ _json_option = click.option(
 def workers() -> None:
     """List, inspect and prune the workers registered in the store.
 
-    A worker is lost when it has not sent a heartbeat for longer than a lease
-    (CRONBUS_LEASE_SECONDS, default 30: use the workers' value); its runs are then requeued.
+    A worker is lost when it has not sent a heartbeat for longer than its own lease (the
+    CRONBUS_LEASE_SECONDS it was started with); its runs are then requeued.
     """
 
 
@@ -347,7 +346,7 @@ def _running_table(runs: Sequence[Run]) -> Table:
             run.task,
             run.queue,
             render.state_text(run.state),
-            f"{run.attempts}/{run.max_attempts}",
+            run_figures.attempts_cell(run),
             render.human_time(run.lease_expires),
         )
     return table

@@ -21,6 +21,7 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup, escape
 
+from .. import run_figures
 from .._version import __version__
 from .session import CSRF_FIELD, Session
 
@@ -101,6 +102,12 @@ def csrf_field(session: Session) -> Markup:
 
 
 env.filters.update(when=when, ago=ago, duration=duration, badge=state_badge, as_json=as_json)
+# A run's derived figures are worded by run_figures, as the CLI words them.
+env.filters.update(
+    attempts_text=run_figures.attempts_text,
+    attempts_cell=run_figures.attempts_cell,
+    run_duration=run_figures.duration,
+)
 env.globals.update(version=__version__, query=query, csrf_field=csrf_field)
 
 

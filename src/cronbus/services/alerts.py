@@ -195,8 +195,7 @@ class AlertFigures:
         if kinds & set(_QUEUES):
             figures["queues"] = tuple(await store.queue_depths(namespace))
         if kinds & set(_WORKERS):
-            lease = self._c.settings.lease_seconds
-            figures["workers"] = tuple(await store.list_workers(now, lease, namespace=namespace))
+            figures["workers"] = tuple(await store.list_workers(now, namespace=namespace))
         if RuleKind.DEAD_RUNS in kinds:
             figures["dead"] = await self._dead(namespace)
         if kinds & set(_JOBS):

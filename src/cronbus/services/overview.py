@@ -97,7 +97,7 @@ class OverviewService:
         runs = await stats.counts(max_age=TTL)
         minutes = await stats.per_minute(3600, max_age=TTL)
         queues = await store.queue_depths(namespace)
-        found = await store.list_workers(now, self._c.settings.lease_seconds, namespace=namespace)
+        found = await store.list_workers(now, namespace=namespace)
         workers = dict.fromkeys(_WORKER_STATES, 0)
         for worker in found:
             if worker.state in workers:

@@ -83,8 +83,14 @@ class Redactor:
         return NO_REDACTION if found is None else found.redaction
 
     def run(self, run: Run) -> Run:
-        """A run as this caller may see it."""
-        return redact_run(run, self.rule(run.task))
+        """A run as this caller may see it: a map-reduce parent shows its reduce run's result
+        (:func:`cronbus.run_figures.shown_result`), hidden when the reduce task hides it."""
+        shown = redact_run(run, self.rule(run.task))
+        reduce_task = None if run.children is None else run.children.reduce_task
+        hidden = reduce_task is not None and self.rule(reduce_task).everything
+        if hidden and shown.result is not None:
+            shown = replace(shown, result=REDACTED)
+        return shown
 
     def runs(self, runs: Sequence[Run]) -> list[Run]:
         """Runs as this caller may see them."""
@@ -96,7 +102,7 @@ class Redactor:
         rule = self.rule(detail.run.task)
         return replace(
             detail,
-            run=redact_run(detail.run, rule),
+            run=self.run(detail.run),
             attempts=[redact_attempt(a, rule) for a in detail.attempts],
             children=self.runs(detail.children),
         )

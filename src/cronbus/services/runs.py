@@ -243,9 +243,7 @@ class RunsService:
         if run.state not in PENDING:
             return explain(run, [], self._c.now())
         now = self._c.now()
-        workers = await self._c.store.list_workers(
-            now, self._c.settings.lease_seconds, namespace=run.namespace
-        )
+        workers = await self._c.store.list_workers(now, namespace=run.namespace)
         return explain(run, workers, now, await self._limits(run, now))
 
     async def _limits(self, run: Run, now: float) -> Limits:

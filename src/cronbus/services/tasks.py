@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import builtins
 
-from ..model import WorkerInfo, WorkerState
+from ..liveness import is_live
+from ..model import WorkerInfo
 from .context import Context
 from .views import TaskInfo
 
@@ -69,7 +70,6 @@ class TasksService:
         return counts
 
     async def _live(self) -> builtins.list[WorkerInfo]:
-        found = await self._c.store.list_workers(
-            self._c.now(), self._c.settings.lease_seconds, namespace=self._c.namespace
-        )
-        return [w for w in found if w.state is WorkerState.ALIVE]
+        now = self._c.now()
+        found = await self._c.store.list_workers(now, namespace=self._c.namespace)
+        return [w for w in found if is_live(w, now)]

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..fairness import serves
+from ..liveness import is_live
 from ..model import Children, Run, WorkerInfo, WorkerState
 from ..states import RunEvent, RunState, sources
 
@@ -39,11 +40,6 @@ class Limits:
     limit_max: int | None = None
     rate_max: int | None = None
     rate_period: float | None = None
-
-
-def is_live(worker: WorkerInfo, now: float) -> bool:
-    """Whether ``worker`` may claim runs now: alive, with a heartbeat within its lease."""
-    return worker.state is WorkerState.ALIVE and worker.heartbeat_at + worker.lease_seconds >= now
 
 
 def explain(
@@ -133,8 +129,11 @@ def _target(
 
 
 def _state_word(worker: WorkerInfo, now: float) -> str:
-    if worker.state is WorkerState.ALIVE and not is_live(worker, now):
-        return "not alive (silent for longer than its lease)"
+    # A registry read at another moment than ``now`` may still say alive: the rule decides.
+    if worker.state is WorkerState.LOST or (
+        worker.state is WorkerState.ALIVE and not is_live(worker, now)
+    ):
+        return "not alive (lost: silent for longer than its lease)"
     return f"not alive ({worker.state.value})"
 
 

@@ -2,7 +2,8 @@
 name the tasks whose queued runs no live worker knows.
 
 A worker's state is what the registry says (``alive``, ``draining``, ``stopped``), except that
-one silent for longer than a lease (``CRONBUS_LEASE_SECONDS``) is ``lost``. Stopped workers
+one silent for longer than its own registered lease is ``lost`` (:mod:`cronbus.liveness`: the
+reader's ``CRONBUS_LEASE_SECONDS`` plays no part). Stopped workers
 are history, not the cluster: ``list`` leaves them out unless asked.
 """
 
@@ -12,6 +13,7 @@ import builtins
 from collections.abc import Sequence
 
 from ..errors import ConflictError, InvalidArgumentError, WorkerNotFoundError
+from ..liveness import is_live
 from ..model import Run, WorkerInfo, WorkerState
 from ..states import ACTIVE
 from ..store import CONTROL_CHANNEL
@@ -106,9 +108,7 @@ class WorkersService:
     async def _read(self) -> builtins.list[WorkerView]:
         """The namespace's workers with the runs each holds, in two store calls."""
         now = self._c.now()
-        found = await self._c.store.list_workers(
-            now, self._c.settings.lease_seconds, namespace=self._c.namespace
-        )
+        found = await self._c.store.list_workers(now, namespace=self._c.namespace)
         held = [run_id for worker in found for run_id in worker.running]
         shown = Redactor(self._c).runs(await self._c.store.get_runs(held)) if held else []
         runs = {run.id: run for run in shown}
@@ -130,9 +130,10 @@ class WorkersService:
         return sorted(await self._c.store.unknown_tasks(self._c.now(), self._c.namespace))
 
     async def live(self) -> builtins.list[WorkerInfo]:
-        """The namespace's live workers (alive, heartbeat within the lease)."""
+        """The namespace's live workers (alive, heartbeat within their own lease)."""
         self._c.read()
-        return [v.worker for v in await self._read() if v.worker.state is WorkerState.ALIVE]
+        now = self._c.now()
+        return [v.worker for v in await self._read() if is_live(v.worker, now)]
 
 
 def _held(worker: WorkerInfo, runs: dict[int, Run]) -> list[Run]:

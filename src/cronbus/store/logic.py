@@ -27,7 +27,6 @@ from ..model import (
     Outcome,
     Overlap,
     RunFilter,
-    WorkerState,
 )
 from ..states import ACTIVE, AttemptOutcome, RunEvent, RunState, sources, transition
 from ..triggers import trigger_from_spec
@@ -159,13 +158,6 @@ children: schedulers plan again, workers may claim the new runs."""
 def holds_cancelling(state: RunState) -> bool:
     """Whether a held attempt's run was asked to cancel (its worker must stop it)."""
     return state is transition(RunState.RUNNING, RunEvent.CANCEL)
-
-
-def worker_state(state: WorkerState, heartbeat_at: float, silent_since: float) -> WorkerState:
-    """A registered worker's state as reported: lost if silent since before ``silent_since``."""
-    if state is not WorkerState.STOPPED and heartbeat_at < silent_since:
-        return WorkerState.LOST
-    return state
 
 
 def job_run(job: Job, fire_at: float, eta: float) -> NewRun:

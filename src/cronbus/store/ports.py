@@ -338,11 +338,10 @@ class Workers(Protocol):
     async def set_worker_state(self, worker_id: str, state: WorkerState, now: float) -> None:
         """Mark a worker draining or stopped."""
 
-    async def list_workers(
-        self, now: float, lease_seconds: float, namespace: str | None = None
-    ) -> list[WorkerInfo]:
-        """Registered workers (of ``namespace``; None: of all); those silent for longer than a
-        lease are reported lost."""
+    async def list_workers(self, now: float, namespace: str | None = None) -> list[WorkerInfo]:
+        """Registered workers (of ``namespace``; None: of all); those silent for longer than
+        their own registered lease are reported lost (:mod:`cronbus.liveness`: the reader's
+        lease plays no part)."""
 
     async def request_drain(self, worker_id: str, now: float) -> WorkerInfo:
         """Ask a worker to drain: it sees ``drain_requested`` on its next heartbeat

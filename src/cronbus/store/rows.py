@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .. import run_figures
 from ..model import (
     Attempt,
     Children,
@@ -33,15 +34,20 @@ RUN_COLUMNS = """
     r.lease_owner, r.lease_expires, r.attempt_id, r.target_worker, r.route_key,
     p.args, p.kwargs, a.result, a.error_type, a.error_message, a.traceback, r.job_id, r.fire_at,
     r.namespace, r.route, r.route_labels, r.limit_key, r.rate_key, r.parent_id, r.child_index,
-    r.shard_total, f.kind, f.total, f.ended, f.succeeded, f.reduce_run, f.note
+    r.shard_total, f.kind, f.total, f.ended, f.succeeded, f.reduce_run, f.note,
+    a.worker_id, r.lost, ra.result,
+    (SELECT x.started_at FROM attempts x WHERE x.run_id = r.id ORDER BY x.id LIMIT 1), rr.task
 """
 # A fan-out parent's counters come with it (fanouts is keyed by the parent's id; most runs have
-# no row there, which the primary key answers at once).
+# no row there, which the primary key answers at once), and a map-reduce parent's reduce run's
+# result (run_figures.shown_result). The first attempt's start is one seek of attempts_by_run.
 RUN_FROM = """
     FROM runs r
     LEFT JOIN run_payloads p ON p.run_id = r.id
     LEFT JOIN attempts a ON a.id = r.attempt_id
     LEFT JOIN fanouts f ON f.run_id = r.id
+    LEFT JOIN runs rr ON rr.id = f.reduce_run
+    LEFT JOIN attempts ra ON ra.id = rr.attempt_id
 """
 
 JOB_COLUMNS = """
@@ -130,12 +136,17 @@ def error_from_row(type_: str | None, message: str | None, tb: str | None) -> Er
 
 
 def run_from_row(row: Row) -> Run:
-    """A :class:`Run` from a row of :data:`RUN_COLUMNS`."""
+    """A :class:`Run` from a row of :data:`RUN_COLUMNS`, with the figures
+    :mod:`cronbus.run_figures` derives at the store edge (its shown result and tries)."""
+    state = RunState(row[3])
+    children = _children(row)
+    own = json.loads(row[22]) if row[22] is not None else None
+    reduce_result = json.loads(row[44]) if row[44] is not None else None
     return Run(
         id=row[0],
         task=row[1],
         queue=row[2],
-        state=RunState(row[3]),
+        state=state,
         priority=row[4],
         lane=Lane(row[5]),
         eta=row[6],
@@ -153,7 +164,7 @@ def run_from_row(row: Row) -> Run:
         route_key=row[19],
         args=json.loads(row[20]) if row[20] is not None else [],
         kwargs=json.loads(row[21]) if row[21] is not None else {},
-        result=json.loads(row[22]) if row[22] is not None else None,
+        result=run_figures.shown_result(own, children, reduce_result),
         error=error_from_row(row[23], row[24], row[25]),
         job_id=row[26],
         fire_at=row[27],
@@ -165,7 +176,11 @@ def run_from_row(row: Row) -> Run:
         parent_id=row[33],
         child_index=row[34],
         shard_total=row[35],
-        children=_children(row),
+        children=children,
+        tries=run_figures.tries(row[8], state),
+        lost=row[43],
+        started_at=row[45],
+        worker_id=row[42],
     )
 
 
@@ -179,6 +194,7 @@ def _children(row: Row) -> Children | None:
         ended=row[38],
         succeeded=row[39],
         reduce_run_id=row[40],
+        reduce_task=row[46],
         note=row[41] or "",
     )
 

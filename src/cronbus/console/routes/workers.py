@@ -2,9 +2,9 @@
 
 ``/workers`` shows the namespace's workers (stopped ones are history and left out, as in
 ``cronbus workers list``): their state (``alive``, ``draining``, or ``lost`` once silent for
-longer than a lease), queues, labels, busy slots, the runs they hold and their heartbeat's age,
-with the tasks whose queued runs no live worker knows above the table. Writers ask a worker to
-drain.
+longer than their own lease), queues, labels, busy slots, the runs they hold and their
+heartbeat's age, with the tasks whose queued runs no live worker knows above the table.
+Writers ask a worker to drain.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Routing in the PostgreSQL store: live workers, targets at insert, reroutes, unknown tasks.
 
 A live worker is a registry row ``alive`` whose heartbeat (the worker's own clock, as
-``heartbeat_at`` is written) is within its own ``lease_seconds`` of the caller's ``now``, the
-rule :meth:`list_workers` applies. Targets are chosen by :func:`~cronbus.distribution.routing.
-assign_targets` in the transaction that inserts (or reroutes) the runs; round robin's turn per
-(namespace, task) is a ``route_cursors`` row, locked by that transaction (in key order, so two
-inserts never wait on each other in a cycle).
+``heartbeat_at`` is written) is within its own ``lease_seconds`` of the caller's ``now``: the
+rule of :mod:`cronbus.liveness`, which :meth:`list_workers` applies too. Targets are chosen by
+:func:`~cronbus.distribution.routing.assign_targets` in the transaction that inserts (or
+reroutes) the runs; round robin's turn per (namespace, task) is a ``route_cursors`` row, locked
+by that transaction (in key order, so two inserts never wait on each other in a cycle).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from ...distribution.routing import (
     assign_targets,
     needs_load,
 )
-from ...model import NewRun, WorkerState
+from ...liveness import live_sql
+from ...model import NewRun
 from ...states import ACTIVE, RunEvent, RunState, sources, sql_in
 from ..logic import WORKER_GONE, WORKER_GONE_STATE, Ended, wakeups, worker_gone
 from ..ports import RUNS_CHANNEL
@@ -29,9 +30,7 @@ from . import fanout
 from .connection import Connected, Row, Tx
 from .rows import arrays
 
-_LIVE = f"""
-    w.state = '{WorkerState.ALIVE.value}' AND w.heartbeat_at + w.lease_seconds >= %(now)s
-"""
+_LIVE = live_sql("%(now)s", "w")
 _WAITING = sql_in(sources(RunEvent.CLAIM) | sources(RunEvent.DUE))
 LIVE_WORKERS = f"""
 SELECT w.id, w.namespace, w.queues, w.labels, w.tasks FROM workers w

@@ -11,9 +11,10 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from ...liveness import reported_state
 from ...model import ClaimedRun, NewRun, Outcome, WorkerInfo, WorkerState
 from ...states import ACTIVE, AttemptOutcome, RunState
-from ..logic import Finish, finish, worker_state
+from ..logic import Finish, finish
 from ..rows import DISTRIBUTION_COLUMNS, distribution_values, new_run_values
 from .connection import Row
 
@@ -263,12 +264,12 @@ def _json_lists(values: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 # -- workers ---------------------------------------------------------------------------------------
-def worker_from_row(row: Row, silent_since: float | None) -> WorkerInfo:
-    """A row of ``LIST_WORKERS``; a worker silent since before ``silent_since`` is lost (None:
-    its state as stored)."""
+def worker_from_row(row: Row, now: float | None) -> WorkerInfo:
+    """A row of ``LIST_WORKERS``, its state as reported at ``now`` (lost when silent for longer
+    than its own lease, :mod:`cronbus.liveness`; None: its state as stored)."""
     state = WorkerState(row[9])
-    if silent_since is not None:
-        state = worker_state(state, row[8], silent_since)
+    if now is not None:
+        state = reported_state(state, row[8], row[14], now)
     return WorkerInfo(
         id=row[0],
         host=row[1],

@@ -79,13 +79,11 @@ class PostgresWorkers(Connected):
         """Delete the rows of workers silent since before ``silent_since`` and holding no run."""
         return [row[0] for row in await self._db.rows(PRUNE_WORKERS, (silent_since,))]
 
-    async def list_workers(
-        self, now: float, lease_seconds: float, namespace: str | None = None
-    ) -> list[WorkerInfo]:
-        """Registered workers (of ``namespace``), with their running runs; silent ones are
-        reported lost."""
+    async def list_workers(self, now: float, namespace: str | None = None) -> list[WorkerInfo]:
+        """Registered workers (of ``namespace``), with their running runs; those silent for
+        longer than their own lease are reported lost (:mod:`cronbus.liveness`)."""
         rows = await self._db.rows(LIST_WORKERS, {"namespace": namespace})
-        return [worker_from_row(row, now - lease_seconds) for row in rows]
+        return [worker_from_row(row, now) for row in rows]
 
     async def request_drain(self, worker_id: str, now: float) -> WorkerInfo:
         """Ask a worker to drain on its next heartbeat; its entry as it now stands."""

@@ -6,7 +6,7 @@ write them, so SQLite matches ``runs_targeted`` and ``runs_limited``.
 
 from __future__ import annotations
 
-from ...model import WorkerState
+from ...liveness import live_sql
 from ...states import ACTIVE, RunEvent, RunState, sources, sql_in
 from ..rows import RUN_COLUMNS, RUN_FROM
 
@@ -17,12 +17,12 @@ _WAITING_RUNS = sql_in(sources(RunEvent.CLAIM) | sources(RunEvent.DUE))
 # A live worker: alive (not draining, stopped or lost) and beat within its own lease.
 LIVE_WORKERS = f"""
 SELECT id, namespace, queues, labels, tasks FROM workers
-WHERE state = '{WorkerState.ALIVE.value}' AND heartbeat_at + lease_seconds >= :now
+WHERE {live_sql(":now")}
   AND namespace IN (SELECT value FROM json_each(:spaces))
 """
 ALL_LIVE_WORKERS = f"""
 SELECT id, namespace, queues, labels, tasks FROM workers
-WHERE state = '{WorkerState.ALIVE.value}' AND heartbeat_at + lease_seconds >= :now
+WHERE {live_sql(":now")}
 """
 # least_busy: each worker's running runs and the waiting runs targeted at it.
 LOADS = f"""

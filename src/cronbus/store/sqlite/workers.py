@@ -7,8 +7,8 @@ import sqlite3
 from collections.abc import Sequence
 
 from ...errors import WorkerNotFoundError
+from ...liveness import reported_state
 from ...model import WorkerInfo, WorkerState
-from ..logic import worker_state
 from . import dist_sql as dq
 from . import sql as q
 from .connection import Connected
@@ -49,17 +49,14 @@ class SqliteWorkers(Connected):
         rows = await self._transact(fetch_all, q.PRUNE_WORKERS, (silent_since,), durable=False)
         return [row[0] for row in rows]
 
-    async def list_workers(
-        self, now: float, lease_seconds: float, namespace: str | None = None
-    ) -> list[WorkerInfo]:
-        """Registered workers (of ``namespace``), with their running runs; silent ones are
-        reported lost."""
+    async def list_workers(self, now: float, namespace: str | None = None) -> list[WorkerInfo]:
+        """Registered workers (of ``namespace``), with their running runs; those silent for
+        longer than their own lease are reported lost (:mod:`cronbus.liveness`)."""
         rows, running = await self._call(_workers_and_runs, self._db, namespace)
         by_owner: dict[str, list[int]] = {}
         for owner, run_id in running:
             by_owner.setdefault(owner, []).append(run_id)
-        silent_since = now - lease_seconds
-        return [_worker(row, by_owner.get(row[0], ()), silent_since) for row in rows]
+        return [_worker(row, by_owner.get(row[0], ()), now) for row in rows]
 
     async def unknown_tasks(self, now: float, namespace: str = "default") -> list[str]:
         """Tasks of queued runs of ``namespace`` that no live worker knows, by name."""
@@ -71,12 +68,13 @@ class SqliteWorkers(Connected):
         return _worker(row, running, None)
 
 
-def _worker(row: Row, running: Sequence[int], silent_since: float | None) -> WorkerInfo:
-    """A registry row of ``LIST_WORKERS``, with the runs it holds; a worker silent since before
-    ``silent_since`` is reported lost (None: its state as stored)."""
+def _worker(row: Row, running: Sequence[int], now: float | None) -> WorkerInfo:
+    """A registry row of ``LIST_WORKERS``, with the runs it holds, its state as reported at
+    ``now`` (lost when silent for longer than its own lease, :mod:`cronbus.liveness`; None:
+    its state as stored)."""
     state = WorkerState(row[9])
-    if silent_since is not None:
-        state = worker_state(state, row[8], silent_since)
+    if now is not None:
+        state = reported_state(state, row[8], row[13], now)
     return WorkerInfo(
         id=row[0],
         host=row[1],

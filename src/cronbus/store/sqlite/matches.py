@@ -2,35 +2,43 @@
 
 A payload is JSON text in ``run_payloads``; SQLite reads a JSON ``true`` as 1 and an object
 back as text in its stored key order, so values are not compared as SQLite values: each match
-walks the JSON with ``json_each`` and compares the element's JSON type and atom, objects key by
-key and arrays index by index, which is JSON equality (``42`` is ``42.0``, never ``"42"``;
+finds the argument with ``json_each`` and compares the element's JSON type and atom (a scalar),
+or, for a list or an object, hands its JSON text to :func:`json_equals` (a function of the
+connection, :func:`register`), which is JSON equality (``42`` is ``42.0``, never ``"42"``;
 ``true`` is not ``1``; ``{"a": 1, "b": 2}`` is ``{"b": 2, "a": 1}``). A stored NUL is read as
 U+FFFD, as PostgreSQL's store reads it (see :func:`readable`).
+
+Lists and objects are not compared in SQL: that took one nested ``EXISTS`` per level of the
+value, and SQLite's parser overflows its stack from about 8 levels ("parser stack overflow"),
+while a match may nest as deep as an argument (:data:`cronbus.serialization.MAX_DEPTH`). The
+statement stays the same size at every depth.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from itertools import count
+import json
+import sqlite3
+from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from ...model import JSON
 
-_EMPTY = {"array": "[]", "object": "{}"}
+JSON_EQUALS = "cronbus_json_equals"
+"""The SQL name of :func:`json_equals` on every connection of the store."""
 
 
 def payload_condition(matches: Sequence[tuple[str, JSON]]) -> tuple[str, list[Any]]:
     """The condition on a run ``r`` that its payload meets every match, with its parameters
     (one probe of ``run_payloads`` by primary key, whichever index the listing walks)."""
     params: list[Any] = []
-    names = (f"j{n}" for n in count())
     tests = []
-    for key, value in matches:
+    for index, (key, value) in enumerate(matches):
         column, label = ("m.args", int(key)) if positional(key) else ("m.kwargs", key)
         column = readable(column)
-        alias = next(names)
+        alias = f"j{index}"
         params.append(label)
-        inner = _equals(alias, value, params, names)
+        inner = _equals(alias, value, params)
         tests.append(
             f"EXISTS (SELECT 1 FROM json_each({column}) AS {alias} "
             f"WHERE {alias}.key = ? AND {inner})"
@@ -57,7 +65,7 @@ def positional(key: str) -> bool:
     return key.isascii() and key.isdigit()
 
 
-def _equals(alias: str, value: JSON, params: list[Any], names: Iterator[str]) -> str:
+def _equals(alias: str, value: JSON, params: list[Any]) -> str:
     """The condition that the JSON element ``alias`` (a row of ``json_each``) equals ``value``."""
     if value is None:
         return f"{alias}.type = 'null'"
@@ -69,19 +77,49 @@ def _equals(alias: str, value: JSON, params: list[Any], names: Iterator[str]) ->
     if isinstance(value, str):
         params.append(value)
         return f"{alias}.type = 'text' AND {alias}.atom = ?"
-    items = list(enumerate(value)) if isinstance(value, list | tuple) else list(value.items())
-    kind = "array" if isinstance(value, list | tuple) else "object"
-    # ``value`` is JSON text only for arrays and objects (a string's is the bare text, which
-    # json_each would refuse), so other elements are walked as an empty container instead.
-    members = f"json_each(iif({alias}.type = '{kind}', {alias}.value, '{_EMPTY[kind]}'))"
-    # Each member present and equal, and no other: the count excludes extra ones.
-    params.append(len(items))
-    tests = [f"{alias}.type = '{kind}'", f"(SELECT count(*) FROM {members}) = ?"]
-    for key, item in items:
-        child = next(names)
-        params.append(key)
-        inner = _equals(child, item, params, names)
-        tests.append(
-            f"EXISTS (SELECT 1 FROM {members} AS {child} WHERE {child}.key = ? AND {inner})"
-        )
-    return " AND ".join(tests)
+    kind = "object" if isinstance(value, dict) else "array"
+    params.append(_canonical_text(value))
+    return f"{alias}.type = '{kind}' AND {JSON_EQUALS}({alias}.value, ?)"
+
+
+def register(conn: sqlite3.Connection) -> None:
+    """Make :func:`json_equals` callable in ``conn``'s SQL (as :data:`JSON_EQUALS`)."""
+    conn.create_function(JSON_EQUALS, 2, json_equals, deterministic=True)
+
+
+def json_equals(stored: str | None, wanted: str) -> int:
+    """1 if the JSON text ``stored`` (a list or an object of a payload) equals the JSON text
+    ``wanted`` (a match) by JSON's equality, else 0; text that does not parse equals nothing."""
+    if stored is None:
+        return 0
+    try:
+        found = _canonical(json.loads(stored))
+    except (ValueError, RecursionError):
+        # A payload deeper than Python parses is deeper than any match (MAX_DEPTH): unequal.
+        return 0
+    return int(found == _wanted(wanted))
+
+
+@lru_cache(maxsize=64)
+def _wanted(text: str) -> object:
+    # One match is compared with many payloads: parsed once per statement, not once per row.
+    return _canonical(json.loads(text))
+
+
+def _canonical_text(value: JSON) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _canonical(value: Any) -> object:
+    """``value`` as a hashable form whose ``==`` is JSON's equality: booleans tagged apart from
+    numbers (Python's ``True == 1``), numbers compared by value (``42 == 42.0``), objects as
+    sets of members (key order ignored), arrays as tuples."""
+    if isinstance(value, bool) or value is None:
+        return ("b", value)
+    if isinstance(value, int | float):
+        return ("n", value)
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, dict):
+        return ("o", frozenset((k, _canonical(v)) for k, v in value.items()))
+    return ("a", tuple(_canonical(v) for v in value))

@@ -66,6 +66,10 @@ class Settings:
     """How often the holder of the retention lease applies retention."""
     retention_batch: int = 500
     """Rows a retention transaction removes at most (each holds the store's locks briefly)."""
+    broadcast_wait_seconds: float = 10.0
+    """A broadcast that finds no live worker serving its task and queue waits this long after
+    its creation for one to register (workers starting, a cluster coming up), then ends dead
+    saying so. Every worker and scheduler checks waiting broadcasts as it reaps."""
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -114,6 +118,7 @@ _SECONDS: dict[str, tuple[float, bool]] = {
     "keep_acked_seconds": (0.0, True),
     "keep_dead_deliveries_seconds": (0.0, True),
     "keep_events_seconds": (0.0, True),
+    "broadcast_wait_seconds": (0.0, True),
 }
 _MAX_SECONDS = 365 * 86_400.0
 _COUNTS: dict[str, int] = {

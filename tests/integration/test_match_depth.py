@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from console.conftest import Console
 from console.test_runs import rows
+from cronbus.errors import InvalidArgumentError
 from cronbus.serialization import MAX_DEPTH
-from cronbus.services import Services
+from cronbus.services import RunQuery, Services
 from integration.test_api_support import Api, make_app, problem, served, until
 
 MATCHED = (5, 8, 50, MAX_DEPTH)
@@ -85,3 +87,19 @@ async def test_operation_filter_nested_deep(served_api: Api) -> None:
         return all(r.state.value == "cancelled" for r in got)
 
     await until(cancelled, timeout=20.0)
+
+
+async def test_python_api_refuses_a_match_too_deep_by_name(served_api: Api) -> None:
+    # The services (the Python API's door, and the CLI's and the API's) check the bound
+    # without recursing, so 5000 levels is a named error, not a RecursionError.
+    deep: Any = 1
+    for _ in range(5000):
+        deep = [deep]
+    services = Services(served_api.app)
+    with pytest.raises(InvalidArgumentError, match=f"nests more than {MAX_DEPTH} levels") as bad:
+        await services.runs.list(RunQuery(args=[("0", deep)]))
+    assert bad.value.field == "args"
+    shallow = json.loads(nested(MAX_DEPTH))
+    made = (await services.runs.defer("send", [shallow], {})).run.id
+    page = await services.runs.list(RunQuery(args=[("0", shallow)]))
+    assert [run.id for run in page.items] == [made]

@@ -382,6 +382,33 @@ async def test_broadcast_without_live_workers_waits_then_is_a_dead_letter(store:
     assert await store.settle_broadcasts(T0 + 6, 5.0) == 0  # ended: nothing more
 
 
+async def test_a_broadcast_no_worker_came_for_is_requeued_to_wait_again(store: Store) -> None:
+    (parent,) = await defer_ids(store, [new(fanout=FanOut(kind=FanOutKind.BROADCAST))])
+    assert await store.settle_broadcasts(T0 + 5, 5.0) == 1  # dead: no live worker came
+    assert await store.requeue([parent], T0 + 100) == [parent]
+    run = await store.get_run(parent)
+    assert run.state is RunState.WAITING
+    assert run.children is not None
+    assert run.children.note == ""
+    assert await store.settle_broadcasts(T0 + 104, 5.0) == 0  # its wait counts from now
+    await register(store, worker("w1", heartbeat_at=T0 + 104))
+    assert await store.settle_broadcasts(T0 + 104.5, 5.0) == 1
+    (child,) = await children_of(store, parent)
+    assert (child.target_worker, child.state) == ("w1", RunState.QUEUED)
+    # And one requeued with no worker ends dead again, a wait after its requeue.
+    (other,) = await defer_ids(
+        store, [new(fanout=FanOut(kind=FanOutKind.BROADCAST, labels=("x",)))]
+    )
+    assert await store.settle_broadcasts(T0 + 200, 5.0) == 1
+    assert await store.requeue(None, T0 + 300) == [other]
+    assert await store.settle_broadcasts(T0 + 304, 5.0) == 0
+    assert await store.settle_broadcasts(T0 + 305, 5.0) == 1
+    run = await store.get_run(other)
+    assert run.state is RunState.DEAD
+    assert run.error is not None
+    assert run.error.message.endswith("(waited 5 s)")
+
+
 async def test_broadcast_waiting_for_workers_expands_when_one_registers(store: Store) -> None:
     fan = FanOut(kind=FanOutKind.BROADCAST, labels=("gpu",))
     (parent,) = await defer_ids(store, [new(fanout=fan, args_json="[3]")])

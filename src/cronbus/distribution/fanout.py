@@ -173,12 +173,13 @@ class Pending(enum.StrEnum):
     """None came within the wait: the parent ends dead (:func:`no_worker_error`)."""
 
 
-def pending(children: int, created_at: float, now: float, wait: float) -> Pending:
+def pending(children: int, since: float, now: float, wait: float) -> Pending:
     """A waiting broadcast parent's next step: ``children`` it would have now (one per
-    eligible live worker), and its ``wait`` (seconds from ``created_at``) for the first."""
+    eligible live worker), and its ``wait`` (seconds from ``since``: its creation, or the
+    requeue that revived it) for the first."""
     if children:
         return Pending.EXPAND
-    return Pending.GIVE_UP if now >= created_at + wait else Pending.WAIT
+    return Pending.GIVE_UP if now >= since + wait else Pending.WAIT
 
 
 def with_broadcast_labels(run: NewRun) -> NewRun:

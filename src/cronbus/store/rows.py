@@ -195,12 +195,14 @@ def decode_list(value: Any) -> tuple[str, ...]:
 
 
 WAITING_BROADCAST_COLUMNS = """
-    r.id, r.created_at, r.attempts, r.job_id, r.parent_id, r.child_index, r.task, r.queue,
+    r.id, r.updated_at, r.attempts, r.job_id, r.parent_id, r.child_index, r.task, r.queue,
     r.priority, r.eta, r.max_attempts, r.timeout, r.namespace, r.route, r.route_key,
     r.route_labels, r.route_order, r.limit_key, r.limit_max, r.rate_key, r.rate_max,
     r.rate_period, p.args, p.kwargs, p.trace
 """
-"""A broadcast parent that waits for a live worker: its place, then its run as a template."""
+"""A broadcast parent that waits for a live worker: its place, then its run as a template.
+Its wait counts from ``updated_at``: its insert, or the requeue that revived it (nothing else
+changes a parent without children while it waits)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -208,7 +210,8 @@ class WaitingBroadcast:
     """A broadcast parent without children yet (a row of :data:`WAITING_BROADCAST_COLUMNS`)."""
 
     id: int
-    created_at: float
+    since: float
+    """Since when it waits: its creation, or its requeue."""
     attempts: int
     job_id: int | None
     parent_id: int | None
@@ -244,7 +247,7 @@ def waiting_broadcast(row: Row) -> WaitingBroadcast:
     )
     return WaitingBroadcast(
         id=row[0],
-        created_at=row[1],
+        since=row[1],
         attempts=row[2],
         job_id=row[3],
         parent_id=row[4],

@@ -68,7 +68,7 @@ async def settle_broadcasts(
     gave_up: list[WaitingBroadcast] = []
     for parent in parents:
         kids = fanout.expand(parent.id, parent.run, live)
-        step = fanout.pending(len(kids), parent.created_at, now, wait)
+        step = fanout.pending(len(kids), parent.since, now, wait)
         if step is fanout.Pending.WAIT:
             continue
         changed += 1
@@ -86,7 +86,7 @@ async def settle_broadcasts(
 async def _give_up(tx: Tx, parents: Sequence[WaitingBroadcast], now: float) -> None:
     """End broadcast parents no live worker came for: dead, saying so, with what follows."""
     errors = [
-        (p.id, fanout.no_worker_error(p.run.task, p.run.queue, now - p.created_at).message)
+        (p.id, fanout.no_worker_error(p.run.task, p.run.queue, now - p.since).message)
         for p in parents
     ]
     params = {

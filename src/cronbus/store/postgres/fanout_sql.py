@@ -178,3 +178,18 @@ SELECT attempt_id, id, attempts, %(worker)s, %(now)s, %(now)s, %(outcome)s, %(er
     message
 FROM noted
 """
+# A requeued broadcast parent that had no children waits again for a live worker (its wait
+# counts from now: updated_at); its counters' note is cleared until it ends again.
+REVIVE_CHILDLESS = f"""
+WITH revived AS (
+    UPDATE runs r SET state = {WAITING}, updated_at = %(now)s, finished_at = NULL
+    FROM fanouts f
+    WHERE r.id = ANY(%(ids)b::bigint[]) AND r.state IN {_REQUEUABLE}
+      AND f.run_id = r.id AND f.kind = 'broadcast' AND f.total = 0
+    RETURNING r.id, r.parent_id, r.child_index
+),
+cleared AS (
+    UPDATE fanouts f SET note = '' FROM revived v WHERE f.run_id = v.id
+)
+SELECT id, parent_id, child_index FROM revived
+"""

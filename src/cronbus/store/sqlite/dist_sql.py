@@ -211,3 +211,13 @@ UPDATE runs SET state = :state, attempts = attempts + 1, attempt_id = :attempt_i
     updated_at = :now, finished_at = :now
 WHERE id = :id AND state = '{RunState.WAITING.value}'
 """
+# A requeued broadcast parent that had no children waits again for a live worker (its wait
+# counts from now: updated_at); its counters' note is cleared until it ends again.
+REVIVE_CHILDLESS = f"""
+UPDATE runs SET state = '{RunState.WAITING.value}', updated_at = :now, finished_at = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN {_REQUEUABLE}
+  AND EXISTS (SELECT 1 FROM fanouts f
+              WHERE f.run_id = runs.id AND f.kind = 'broadcast' AND f.total = 0)
+RETURNING id, parent_id, child_index
+"""
+CLEAR_NOTES = "UPDATE fanouts SET note = '' WHERE run_id IN (SELECT value FROM json_each(?))"

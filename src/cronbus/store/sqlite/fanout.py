@@ -95,9 +95,9 @@ def settle_broadcasts(
     conn: sqlite3.Connection, now: float, wait: float
 ) -> tuple[int, list[Ended], list[int]]:
     """Expand the broadcast parents that wait for a live worker and have one now; end dead,
-    with an attempt saying why, those whose ``wait`` (from their creation) is over. Returns
-    how many changed, and the parents that ended (children of a parent; runs of a job) for
-    the caller's accounting."""
+    with an attempt saying why, those whose ``wait`` (from their creation or requeue) is
+    over. Returns how many changed, and the parents that ended (children of a parent; runs of
+    a job) for the caller's accounting."""
     rows = conn.execute(dq.WAITING_BROADCASTS, {"limit": BROADCAST_BATCH}).fetchall()
     if not rows:
         return 0, [], []
@@ -105,7 +105,7 @@ def settle_broadcasts(
     changed, ended, job_runs = 0, [], []
     for parent in map(waiting_broadcast, rows):
         children = expand(parent.id, parent.run, workers)
-        step = pending(len(children), parent.created_at, now, wait)
+        step = pending(len(children), parent.since, now, wait)
         if step is Pending.WAIT:
             continue
         changed += 1
@@ -130,7 +130,7 @@ def settle_broadcasts(
 
 def _give_up(conn: sqlite3.Connection, parent: WaitingBroadcast, now: float) -> RunState:
     """End a broadcast parent no live worker came for: dead, with an attempt and a note."""
-    error = no_worker_error(parent.run.task, parent.run.queue, now - parent.created_at)
+    error = no_worker_error(parent.run.task, parent.run.queue, now - parent.since)
     conn.execute(
         dq.INSERT_GONE_ATTEMPT,
         {

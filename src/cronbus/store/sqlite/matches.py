@@ -24,6 +24,9 @@ from typing import Any
 
 from ...model import JSON
 
+_EMPTY = {"array": "[]", "object": "{}"}
+_SIEVE = 8
+"""Scalar members of a list or object match tested in SQL before the whole comparison."""
 JSON_EQUALS = "cronbus_json_equals"
 """The SQL name of :func:`json_equals` on every connection of the store."""
 
@@ -77,9 +80,32 @@ def _equals(alias: str, value: JSON, params: list[Any]) -> str:
     if isinstance(value, str):
         params.append(value)
         return f"{alias}.type = 'text' AND {alias}.atom = ?"
+    return _container(alias, value, params)
+
+
+def _container(alias: str, value: list[JSON] | dict[str, JSON], params: list[Any]) -> str:
+    """A list or an object: compared whole by :func:`json_equals`, after cheap tests in SQL
+    that turn most payloads away first (the member count, and up to :data:`_SIEVE` scalar
+    members of the first level: one level of ``EXISTS``, whatever the value's depth)."""
     kind = "object" if isinstance(value, dict) else "array"
+    items = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
+    # ``value`` is JSON text only for arrays and objects (a string's is the bare text, which
+    # json_each would refuse), so other elements are walked as an empty container instead.
+    members = f"json_each(iif({alias}.type = '{kind}', {alias}.value, '{_EMPTY[kind]}'))"
+    params.append(len(items))
+    tests = [f"{alias}.type = '{kind}'", f"(SELECT count(*) FROM {members}) = ?"]
+    scalars = [(key, item) for key, item in items if not isinstance(item, list | dict)]
+    for number, (key, item) in enumerate(scalars[:_SIEVE]):
+        child = f"{alias}_{number}"
+        params.append(key)
+        inner = _equals(child, item, params)
+        tests.append(
+            f"EXISTS (SELECT 1 FROM {members} AS {child} WHERE {child}.key = ? AND {inner})"
+        )
     params.append(_canonical_text(value))
-    return f"{alias}.type = '{kind}' AND {JSON_EQUALS}({alias}.value, ?)"
+    # CASE fixes the order: SQLite would call the function first (it ranks it cheaper than
+    # the subqueries), once per payload, where the tests above turn most of them away.
+    return f"CASE WHEN {' AND '.join(tests)} THEN {JSON_EQUALS}({alias}.value, ?) ELSE 0 END"
 
 
 def register(conn: sqlite3.Connection) -> None:
@@ -93,33 +119,40 @@ def json_equals(stored: str | None, wanted: str) -> int:
     if stored is None:
         return 0
     try:
-        found = _canonical(json.loads(stored))
+        return int(_same(json.loads(stored), _wanted(wanted)))
     except (ValueError, RecursionError):
         # A payload deeper than Python parses is deeper than any match (MAX_DEPTH): unequal.
         return 0
-    return int(found == _wanted(wanted))
 
 
 @lru_cache(maxsize=64)
-def _wanted(text: str) -> object:
+def _wanted(text: str) -> Any:
     # One match is compared with many payloads: parsed once per statement, not once per row.
-    return _canonical(json.loads(text))
+    return json.loads(text)
 
 
 def _canonical_text(value: JSON) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _canonical(value: Any) -> object:
-    """``value`` as a hashable form whose ``==`` is JSON's equality: booleans tagged apart from
-    numbers (Python's ``True == 1``), numbers compared by value (``42 == 42.0``), objects as
-    sets of members (key order ignored), arrays as tuples."""
-    if isinstance(value, bool) or value is None:
-        return ("b", value)
-    if isinstance(value, int | float):
-        return ("n", value)
-    if isinstance(value, str):
-        return ("s", value)
-    if isinstance(value, dict):
-        return ("o", frozenset((k, _canonical(v)) for k, v in value.items()))
-    return ("a", tuple(_canonical(v) for v in value))
+def _same(found: Any, wanted: Any) -> bool:
+    """JSON's equality of two decoded values, stopping at the first difference (most payloads
+    differ early): booleans apart from numbers (Python's ``True == 1``), numbers by value
+    (``42 == 42.0``), objects whatever their key order, arrays in order."""
+    if isinstance(wanted, bool) or wanted is None:
+        return found is wanted
+    if isinstance(wanted, int | float):
+        return not isinstance(found, bool) and isinstance(found, int | float) and found == wanted
+    if isinstance(wanted, str):
+        return isinstance(found, str) and found == wanted
+    if isinstance(wanted, list):
+        return (
+            isinstance(found, list)
+            and len(found) == len(wanted)
+            and all(_same(f, w) for f, w in zip(found, wanted, strict=True))
+        )
+    return (
+        isinstance(found, dict)
+        and len(found) == len(wanted)
+        and all(key in found and _same(found[key], item) for key, item in wanted.items())
+    )

@@ -8,10 +8,12 @@ connection, :func:`register`), which is JSON equality (``42`` is ``42.0``, never
 ``true`` is not ``1``; ``{"a": 1, "b": 2}`` is ``{"b": 2, "a": 1}``). A stored NUL is read as
 U+FFFD, as PostgreSQL's store reads it (see :func:`readable`).
 
-Lists and objects are not compared in SQL: that took one nested ``EXISTS`` per level of the
-value, and SQLite's parser overflows its stack from about 8 levels ("parser stack overflow"),
-while a match may nest as deep as an argument (:data:`cronbus.serialization.MAX_DEPTH`). The
-statement stays the same size at every depth.
+Lists and objects are not compared level by level in SQL: that took one nested ``EXISTS`` per
+level of the value, and SQLite's parser overflows its stack from about 8 levels ("parser stack
+overflow"), while a match may nest as deep as an argument (:data:`cronbus.serialization.
+MAX_DEPTH`). SQL only sieves them (their member count and a few scalar members of the first
+level, one level of ``EXISTS``) before the function compares the rest, so the statement keeps
+one shape at every depth and the function runs only for the few payloads that pass the sieve.
 """
 
 from __future__ import annotations

@@ -73,6 +73,10 @@ class Settings:
     """Databases (URLs or DSNs) ``sql-source`` and ``postgres-sink`` connectors may read and
     write (``CRONBUS_CONNECTOR_DATABASES``, separated by ``;`` or newlines); none: they are
     refused. The store's own database is refused even when listed."""
+    broadcast_wait_seconds: float = 10.0
+    """A broadcast that finds no live worker serving its task and queue waits this long after
+    its creation for one to register (workers starting, a cluster coming up), then ends dead
+    saying so. Every worker and scheduler checks waiting broadcasts as it reaps."""
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -123,6 +127,7 @@ _SECONDS: dict[str, tuple[float, bool]] = {
     "keep_acked_seconds": (0.0, True),
     "keep_dead_deliveries_seconds": (0.0, True),
     "keep_events_seconds": (0.0, True),
+    "broadcast_wait_seconds": (0.0, True),
 }
 _MAX_SECONDS = 365 * 86_400.0
 _COUNTS: dict[str, int] = {

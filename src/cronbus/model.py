@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidArgumentError
+from .serialization import MAX_DEPTH, TOO_DEEP, too_deep
 from .states import AttemptOutcome, RunState
 
 JSON = Any
@@ -363,7 +364,8 @@ _MOST_ARGS = 2**31
 def check_match(match: tuple[str, JSON]) -> None:
     """Refuse a payload match (:attr:`RunFilter.args`) that no stored payload could equal:
     a key that is not a non-empty string, or a value that is not plain JSON (non-finite
-    numbers, integers beyond 64 bits, the NUL character, keys that are not strings)."""
+    numbers, integers beyond 64 bits, the NUL character, keys that are not strings, nesting
+    deeper than :data:`~cronbus.serialization.MAX_DEPTH`)."""
     key, value = match
     if not isinstance(key, str) or not key or "\x00" in key:
         raise InvalidArgumentError(
@@ -371,7 +373,19 @@ def check_match(match: tuple[str, JSON]) -> None:
         )
     if key.isascii() and key.isdigit() and int(key) >= _MOST_ARGS:
         raise InvalidArgumentError(f"args.{key}: a positional index must be below {_MOST_ARGS}")
+    check_match_depth(key, value)
     _check_json(key, value)
+
+
+def check_match_depth(key: str, value: JSON, field: str | None = None) -> None:
+    """Refuse a match value nested deeper than a stored argument may be (:data:`MAX_DEPTH`):
+    it could equal no payload, and both the walks here and the stores' JSON readers recurse."""
+    if too_deep(value):
+        raise InvalidArgumentError(
+            f"{field or 'args'}.{key}: the value {TOO_DEEP}; an argument nests at most "
+            f"{MAX_DEPTH} levels, so match a shallower value",
+            field=field,
+        )
 
 
 def _check_json(key: str, value: JSON) -> None:

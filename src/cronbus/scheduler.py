@@ -23,6 +23,7 @@ from .jobs import plan, trigger_of
 from .model import Fire, Job
 from .store import JOBS_CHANNEL, Listener
 from .triggers import Trigger
+from .worker.reaping import settle_broadcasts_forever
 
 if TYPE_CHECKING:
     from .app import App
@@ -75,6 +76,12 @@ class Scheduler:
         """Sync the code's jobs, then fire due jobs until :meth:`request_stop`."""
         store = self.app.store
         listener = await store.listen([JOBS_CHANNEL])
+        # Broadcasts fired before any worker registered wait for one; with no worker at all,
+        # only the scheduler is there to end them, saying so, when their wait is over.
+        settling = asyncio.create_task(
+            settle_broadcasts_forever(store, self.app.clock, self.app.settings),
+            name="cronbus-broadcasts",
+        )
         try:
             if self.sync:
                 report = await self.app.jobs.sync()
@@ -96,6 +103,9 @@ class Scheduler:
                 if not busy:
                     await self._sleep(listener, await self._idle_timeout())
         finally:
+            settling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await settling
             await listener.close()
         log.info("scheduler stopped", extra={"action": "scheduler.stop"})
 

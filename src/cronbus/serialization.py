@@ -22,6 +22,8 @@ from .validation import UNSTORABLE, shorten, unstorable_reason
 JSON_KINDS = "str, int, float, bool, None, list or dict with str keys"
 MAX_DEPTH = 100
 """Lists and dicts nest at most this deep (JSON decoders recurse, so deeper is a trap)."""
+TOO_DEEP = f"nests more than {MAX_DEPTH} levels deep"
+"""How errors say that a value passes :data:`MAX_DEPTH` (:func:`too_deep`)."""
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 """Serialized JSON bytes of a run's arguments or an event's data, unless settings say more."""
 PAYLOAD_SETTING = "max_payload_bytes (CRONBUS_MAX_PAYLOAD_BYTES)"
@@ -126,6 +128,7 @@ class _Walk:
             raise
 
     def nested(self, depth: int) -> None:
+        # The bound of too_deep, met on the way down: containers at depths 0 to MAX_DEPTH - 1.
         if depth >= MAX_DEPTH:
             raise _Bad(f"lists and dicts nest more than {MAX_DEPTH} levels deep", "...")
 
@@ -249,6 +252,26 @@ def encode_call(
         if total > max_bytes:
             raise too_big(what, total, max_bytes)
     return args_json, kwargs_json
+
+
+def too_deep(value: Any) -> bool:
+    """Whether lists and dicts nest in ``value`` more than :data:`MAX_DEPTH` levels deep: the
+    one bound of a stored argument and of a match against one (a deeper match could equal no
+    stored value). Found level by level, without recursion, so any depth gets an answer."""
+    level = [value]
+    depth = 0
+    while True:
+        containers = [item for item in level if isinstance(item, list | tuple | dict)]
+        if not containers:
+            return False
+        depth += 1
+        if depth > MAX_DEPTH:
+            return True
+        level = [
+            child
+            for item in containers
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
 
 
 def parse_json(text: str, what: str | None = None) -> Any:

@@ -235,6 +235,21 @@ async def test_a_payload_match_is_json_equality(
     assert await matching(store, ("user", value)) == want
 
 
+async def test_a_nested_match_is_json_equality_at_every_level(store: Store) -> None:
+    # Lists and objects are compared whole (SQLite: in Python, not one SQL level per level).
+    stored = {"user": [True, 42, {"b": [None, "x"], "a": 1.5}]}
+    (run_id,) = await ids(store, [new(kwargs_json=json.dumps(stored))])
+    assert await matching(store, ("user", [True, 42.0, {"a": 1.5, "b": [None, "x"]}])) == [run_id]
+    assert await matching(store, ("user", [1, 42, {"a": 1.5, "b": [None, "x"]}])) == []
+    assert await matching(store, ("user", [True, 42, {"a": 1.5, "b": ["x", None]}])) == []
+    assert await matching(store, ("user", [True, 42, {"a": 1.5, "b": [None, "x"], "c": 0}])) == []
+    deep: JSON = 1
+    for _ in range(100):  # as deep as an argument may nest
+        deep = [deep]
+    (deep_id,) = await ids(store, [new(args_json=json.dumps([deep]))])
+    assert await matching(store, ("0", deep)) == [deep_id]
+
+
 async def test_a_key_of_digits_matches_a_positional_argument(store: Store) -> None:
     made = await payload_runs(store)
     positional = [made["positional"]]
@@ -320,6 +335,17 @@ async def test_a_payload_holding_nul_is_matched_by_its_other_values(store: Store
 def test_a_match_no_payload_could_equal_is_refused(match: tuple[str, JSON], message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
         RunFilter(args=[match])
+
+
+@pytest.mark.parametrize("depth", [101, 5000])
+def test_a_match_deeper_than_an_argument_is_refused(depth: int) -> None:
+    # Deeper than an argument may nest (MAX_DEPTH, 100); found without recursing, so at any
+    # depth (5000 would overflow a recursive walk with a RecursionError).
+    value: JSON = []
+    for _ in range(depth - 1):
+        value = [value]
+    with pytest.raises(InvalidArgumentError, match="nests more than 100 levels deep"):
+        RunFilter(args=[("x", value)])
 
 
 # -- tokens ----------------------------------------------------------------------------------

@@ -359,15 +359,74 @@ async def test_broadcast_makes_one_pinned_child_per_live_worker(store: Store) ->
     assert [c.target_worker for c in await children_of(store, gpu)] == ["w2", "w5"]
 
 
-async def test_broadcast_without_live_workers_is_a_dead_letter(store: Store) -> None:
+async def test_broadcast_without_live_workers_waits_then_is_a_dead_letter(store: Store) -> None:
+    # Issue 30 item 13: it once ended at once (a fire before workers registered was lost); it
+    # never succeeds with no children.
     await register(store, worker("w1", tasks=["other"]))
     (parent,) = await defer_ids(store, [new(fanout=FanOut(kind=FanOutKind.BROADCAST))])
     run = await store.get_run(parent)
-    assert run.state is RunState.DEAD
+    assert run.state is RunState.WAITING
     assert run.children is not None
     assert run.children.total == 0
-    assert "no live worker knows task t" in run.children.note
+    assert await store.settle_broadcasts(T0 + 4.9, 5.0) == 0  # within its wait
+    assert (await store.get_run(parent)).state is RunState.WAITING
+    assert await store.settle_broadcasts(T0 + 5.0, 5.0) == 1
+    run = await store.get_run(parent)
+    assert run.state is RunState.DEAD
+    message = "no live worker serves task t on queue q (waited 5 s)"
+    assert run.error is not None
+    assert (run.error.type, run.error.message) == ("NoLiveWorker", message)
+    assert run.children is not None
+    assert (run.children.total, run.children.note) == (0, message)
     assert await children_of(store, parent) == []
+    assert await store.settle_broadcasts(T0 + 6, 5.0) == 0  # ended: nothing more
+
+
+async def test_a_broadcast_no_worker_came_for_is_requeued_to_wait_again(store: Store) -> None:
+    (parent,) = await defer_ids(store, [new(fanout=FanOut(kind=FanOutKind.BROADCAST))])
+    assert await store.settle_broadcasts(T0 + 5, 5.0) == 1  # dead: no live worker came
+    assert await store.requeue([parent], T0 + 100) == [parent]
+    run = await store.get_run(parent)
+    assert run.state is RunState.WAITING
+    assert run.children is not None
+    assert run.children.note == ""
+    assert await store.settle_broadcasts(T0 + 104, 5.0) == 0  # its wait counts from now
+    await register(store, worker("w1", heartbeat_at=T0 + 104))
+    assert await store.settle_broadcasts(T0 + 104.5, 5.0) == 1
+    (child,) = await children_of(store, parent)
+    assert (child.target_worker, child.state) == ("w1", RunState.QUEUED)
+    # And one requeued with no worker ends dead again, a wait after its requeue.
+    (other,) = await defer_ids(
+        store, [new(fanout=FanOut(kind=FanOutKind.BROADCAST, labels=("x",)))]
+    )
+    assert await store.settle_broadcasts(T0 + 200, 5.0) == 1
+    assert await store.requeue(None, T0 + 300) == [other]
+    assert await store.settle_broadcasts(T0 + 304, 5.0) == 0
+    assert await store.settle_broadcasts(T0 + 305, 5.0) == 1
+    run = await store.get_run(other)
+    assert run.state is RunState.DEAD
+    assert run.error is not None
+    assert run.error.message.endswith("(waited 5 s)")
+
+
+async def test_broadcast_waiting_for_workers_expands_when_one_registers(store: Store) -> None:
+    fan = FanOut(kind=FanOutKind.BROADCAST, labels=("gpu",))
+    (parent,) = await defer_ids(store, [new(fanout=fan, args_json="[3]")])
+    await register(
+        store,
+        worker("w1", labels=["gpu"], heartbeat_at=T0 + 2),
+        worker("w2", heartbeat_at=T0 + 2),  # no gpu: not one of the broadcast's workers
+    )
+    assert await store.settle_broadcasts(T0 + 3, 5.0) == 1
+    (child,) = await children_of(store, parent)
+    assert (child.target_worker, child.state, child.args) == ("w1", RunState.QUEUED, [3])
+    (claimed,) = await store.claim(claim_request("w1", labels=["gpu"]), T0 + 4)
+    await store.complete([ok(claimed)], T0 + 5)
+    run = await store.get_run(parent)
+    assert run.state is RunState.SUCCEEDED
+    assert run.children is not None
+    assert (run.children.total, run.children.succeeded) == (1, 1)
+    assert await store.settle_broadcasts(T0 + 60, 5.0) == 0
 
 
 async def test_broadcast_child_of_a_worker_that_left_ends_dead(store: Store) -> None:

@@ -287,11 +287,14 @@ async def test_defer_makes_a_fan_out_parent(api: Api) -> None:
     assert parent["children"]["total"] == 3
     listed = (await api.call("GET", f"/v1/runs/{parent['id']}/children")).json()["items"]
     assert [(c["child_index"], c["shard_total"]) for c in listed] == [(0, 3), (1, 3), (2, 3)]
-    # Broadcast with no live worker that knows the task: a dead letter that says why.
+    # Broadcast with no live worker that serves the task: it waits for one (broadcast_wait;
+    # tests/integration/test_broadcast_wait.py follows it to its end).
     lonely = await api.call("POST", "/v1/runs", json={"task": "noop", "broadcast": True})
     assert lonely.status_code == 201, lonely.text
-    assert lonely.json()["run"]["state"] == "dead"
-    assert "no live worker" in lonely.json()["run"]["children"]["note"]
+    assert lonely.json()["run"]["state"] == "waiting"
+    assert lonely.json()["run"]["children"]["total"] == 0
+    shown = (await api.call("GET", f"/v1/runs/{lonely.json()['run']['id']}")).json()
+    assert shown["waiting"][0].startswith("waiting for a live worker that serves its task")
     problem(await api.call("POST", "/v1/runs", json={"task": "noop", "shards": 0}), 422, "shards")
     both = {"task": "noop", "shards": 2, "broadcast": True}
     problem(await api.call("POST", "/v1/runs", json=both), 422, "shards")

@@ -149,7 +149,9 @@ def needs_gpu() -> str:
 async def shop(tmp_path: Path) -> AsyncIterator[App]:
     """The module's app, open on a fresh SQLite file with short leases."""
     app.use_store(f"sqlite:///{tmp_path / 'dist.db'}")
-    app.settings = Settings(lease_seconds=3.0, poll_seconds=0.5, grace_seconds=5.0)
+    app.settings = Settings(
+        lease_seconds=3.0, poll_seconds=0.5, grace_seconds=5.0, broadcast_wait_seconds=1.0
+    )
     seen.clear()
     overlap.reset()
     async with app:
@@ -337,8 +339,15 @@ async def test_broadcast_runs_once_on_each_live_worker_that_fits(shop: App) -> N
         (only,) = await shop.store.list_children(labelled.id)
         assert (only.target_worker, only.result) == (gpu.id, 6)
     nobody = await ident.defer_async(7, broadcast=True)  # both workers stopped
-    with pytest.raises(RunEndedError, match=r"is dead: .*no live worker knows task"):
-        await nobody.wait_async(5)
+    # It waits broadcast_wait_seconds for a worker; the scheduler ends it, saying why.
+    scheduler = Scheduler(shop)
+    scheduling = asyncio.create_task(scheduler.run())
+    try:
+        with pytest.raises(RunEndedError, match=r"is dead: NoLiveWorker: no live worker serves"):
+            await nobody.wait_async(20)
+    finally:
+        scheduler.request_stop()
+        await asyncio.wait_for(scheduling, 15)
 
 
 async def _alive(of: App, count: int) -> bool:

@@ -13,7 +13,7 @@ import pytest
 from cronbus.model import RunFilter
 from cronbus.states import RunState
 from cronbus.store import open_store
-from cronbus.store.sqlite import listing
+from cronbus.store.sqlite import listing, matches
 from cronbus.store.sqlite import overview as o
 
 
@@ -24,6 +24,7 @@ async def conn(tmp_path: Path) -> AsyncIterator[sqlite3.Connection]:
     await store.open()
     await store.close()
     connection = sqlite3.connect(path)
+    matches.register(connection)  # as the store's connections have it (lists and objects)
     yield connection
     connection.close()
 

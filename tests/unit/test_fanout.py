@@ -10,16 +10,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cronbus.distribution.fanout import (
+    Pending,
     Settle,
     Tally,
     after_reduce,
     encode_reduce,
     expand,
     map_children,
+    no_worker_error,
     no_worker_note,
+    pending,
     reduce_run,
     settle,
     summary,
+    with_broadcast_labels,
 )
 from cronbus.distribution.routing import LiveWorker
 from cronbus.model import Children, FanOut, FanOutKind, NewRun, Overlap
@@ -121,7 +125,34 @@ def test_broadcast_labels_filter_and_add_to_route_labels() -> None:
 
 def test_broadcast_without_worker_is_empty_and_note_names_the_task() -> None:
     assert expand(1, fanned(FanOutKind.BROADCAST), []) == []
-    assert no_worker_note("billing.close") == "no live worker knows task billing.close"
+    assert no_worker_note("billing.close", "ops", 10.0) == (
+        "no live worker serves task billing.close on queue ops (waited 10 s)"
+    )
+    error = no_worker_error("billing.close", "ops", 2.5)
+    assert (error.type, error.message) == (
+        "NoLiveWorker",
+        "no live worker serves task billing.close on queue ops (waited 2.5 s)",
+    )
+
+
+def test_a_broadcast_without_children_waits_then_gives_up() -> None:
+    assert pending(2, 100.0, 100.0, 10.0) is Pending.EXPAND
+    assert pending(1, 100.0, 500.0, 10.0) is Pending.EXPAND  # late, but a worker is here
+    assert pending(0, 100.0, 109.9, 10.0) is Pending.WAIT
+    assert pending(0, 100.0, 110.0, 10.0) is Pending.GIVE_UP
+    assert pending(0, 100.0, 100.0, 0.0) is Pending.GIVE_UP
+
+
+def test_a_stored_broadcast_parent_keeps_its_labels_among_its_route_labels() -> None:
+    parent = fanned(FanOutKind.BROADCAST, labels=("gpu", "eu"))
+    stored = with_broadcast_labels(parent)
+    assert stored.fanout is not None
+    assert stored.fanout.labels == ()
+    workers = [worker("a", labels=("eu", "gpu")), worker("b", labels=("eu",))]
+    # Expanded from the stored row later, it finds the same workers with the same labels.
+    assert expand(1, stored, workers) == expand(1, parent, workers)
+    shards = fanned(FanOutKind.SHARDS, shards=2)
+    assert with_broadcast_labels(shards) is shards
 
 
 # -- expand: shards ------------------------------------------------------------------------------

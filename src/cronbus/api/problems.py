@@ -32,6 +32,7 @@ from ..errors import (
     StoreError,
     UnauthorizedError,
 )
+from ..serialization import MAX_DEPTH, TOO_DEEP
 from ..validation import shorten
 
 log = logging.getLogger("cronbus.api")
@@ -190,6 +191,10 @@ def http_problem(exc: HTTPException, instance: str | None = None) -> ProblemResp
         # FastAPI's answer to a body it cannot read (bytes that are not UTF-8 JSON): bad input
         # like any other, so a 422 naming the body.
         message = "the body is not JSON text (UTF-8)"
+        if isinstance(exc.__cause__, RecursionError):
+            # Python's decoder recursed past its limit (~1000 levels): JSON, but far deeper
+            # than any value cronbus takes, so say that rather than "not JSON".
+            message = f"the body {TOO_DEEP}: a value nests at most {MAX_DEPTH} levels"
         return problem(
             422,
             "invalid-argument",

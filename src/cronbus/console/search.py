@@ -35,7 +35,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..errors import CronbusError, InvalidArgumentError
-from ..model import check_match
+from ..model import check_match, check_match_depth
+from ..serialization import MAX_DEPTH, TOO_DEEP
 from ..services.context import check_id
 from ..services.views import RunQuery
 from ..states import RunState
@@ -187,6 +188,11 @@ def _tokens(text: str) -> Iterator[tuple[str | None, str, Any]]:
         if text[i] in _QUOTED:
             try:
                 value, after = _DECODER.raw_decode(text, i)
+            except RecursionError:
+                # The decoder recurses per level: a value this deep is past MAX_DEPTH anyway.
+                raise _error(
+                    f"{name}: the value {TOO_DEEP}; a value nests at most {MAX_DEPTH} levels"
+                ) from None
             except ValueError as exc:
                 raise _error(
                     f"{name}: the value starting with {text[i]} is not valid JSON "
@@ -230,6 +236,10 @@ def _text_of(name: str, raw: str, value: Any) -> str:
 def _payload(key: str, raw: str, value: Any) -> Any:
     """An ``args.KEY:`` value: a bare JSON scalar read as JSON; a value the store could hold
     (finite numbers, integers within 64 bits)."""
+    try:
+        check_match_depth(key, value)  # first: the encoder below recurses
+    except CronbusError as exc:
+        raise _error(str(exc)) from None
     try:
         if value is _SCALAR_MARK:
             value = _SCALARS[raw] if raw in _SCALARS else json.loads(raw)

@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..model import Children, FanOutKind, NewRun, Overlap
+from ..model import Children, ErrorInfo, FanOutKind, NewRun, Overlap
 from ..states import RunState
 from .routing import LiveWorker, Strategy, eligible_with_labels
 
@@ -67,14 +67,16 @@ class Tally:
 
 
 def expand(parent_id: int, parent: NewRun, workers: Sequence[LiveWorker]) -> list[NewRun]:
-    """The children of a broadcast or shards parent, created with it.
+    """The children of a broadcast or shards parent, created with it (a broadcast's may come
+    later: see :func:`pending`).
 
     Broadcast: one child per live worker of the parent's namespace that knows the task, serves
     the queue and carries the route labels and the broadcast's labels, in id order, pinned to
-    it (``child_index`` = ordinal). None when no worker qualifies: the store then ends the
-    parent dead with :func:`no_worker_note`. Shards: ``fanout.shards`` children, ``child_index``
-    0..N-1 and ``shard_total`` N, keeping the parent's route and limits (targets are assigned
-    afterwards as for any run). A parent without a fan-out, or a map, expands to nothing.
+    it (``child_index`` = ordinal). None when no worker qualifies: the parent then waits for
+    one (:func:`pending`), and ends dead with :func:`no_worker_error` if none comes. Shards:
+    ``fanout.shards`` children, ``child_index`` 0..N-1 and ``shard_total`` N, keeping the
+    parent's route and limits (targets are assigned afterwards as for any run). A parent
+    without a fan-out, or a map, expands to nothing.
     """
     fan = parent.fanout
     if fan is None or fan.kind is FanOutKind.MAP:
@@ -154,9 +156,51 @@ def after_reduce(reduce_state: RunState) -> Settle:
     return Settle.SUCCEED if reduce_state is RunState.SUCCEEDED else Settle.FAIL
 
 
-def no_worker_note(task: str) -> str:
-    """The note of a broadcast parent that found no live worker (it ends dead at once)."""
-    return f"no live worker knows task {task}"
+NO_LIVE_WORKER = "NoLiveWorker"
+"""The error type of a broadcast parent that no live worker could run."""
+NO_WORKER = "-"
+"""The worker named by the attempt of a parent no live worker came for (there was none)."""
+
+
+class Pending(enum.StrEnum):
+    """What a waiting broadcast parent without children does now (:func:`pending`)."""
+
+    EXPAND = "expand"
+    """Live workers serve it now: make their children."""
+    WAIT = "wait"
+    """None yet, and its wait is not over."""
+    GIVE_UP = "give_up"
+    """None came within the wait: the parent ends dead (:func:`no_worker_error`)."""
+
+
+def pending(children: int, since: float, now: float, wait: float) -> Pending:
+    """A waiting broadcast parent's next step: ``children`` it would have now (one per
+    eligible live worker), and its ``wait`` (seconds from ``since``: its creation, or the
+    requeue that revived it) for the first."""
+    if children:
+        return Pending.EXPAND
+    return Pending.GIVE_UP if now >= since + wait else Pending.WAIT
+
+
+def with_broadcast_labels(run: NewRun) -> NewRun:
+    """A broadcast parent as stored: its broadcast's labels among its route labels, so that a
+    parent that waits for workers is expanded later from its row alone (its children carry
+    the same labels either way: :func:`expand` takes both)."""
+    fan = run.fanout
+    if fan is None or fan.kind is not FanOutKind.BROADCAST or not fan.labels:
+        return run
+    labels = tuple(dict.fromkeys((*run.route_labels, *fan.labels)))
+    return dataclasses.replace(run, route_labels=labels, fanout=dataclasses.replace(fan, labels=()))
+
+
+def no_worker_note(task: str, queue: str, waited: float) -> str:
+    """Why a broadcast parent ended without children: no live worker came within its wait."""
+    return f"no live worker serves task {task} on queue {queue} (waited {waited:.3g} s)"
+
+
+def no_worker_error(task: str, queue: str, waited: float) -> ErrorInfo:
+    """The error a broadcast parent ends dead with when no live worker came (its attempt)."""
+    return ErrorInfo(type=NO_LIVE_WORKER, message=no_worker_note(task, queue, waited))
 
 
 def summary(children: Children) -> str:

@@ -22,7 +22,7 @@ from ..errors import (
     RunNotFoundError,
 )
 from ..job_specs import check_job_name
-from ..model import Run, RunFilter
+from ..model import Run, RunFilter, check_match_depth
 from ..states import ACTIVE, RunEvent, RunState, sources
 from ..task import check_key, check_priority, check_queue, resolve_eta
 from ..task_policy import check_fanout
@@ -96,6 +96,7 @@ def check_matches(matches: object, field: str = "args") -> tuple[tuple[str, Any]
             )
         if key in chosen:
             raise InvalidArgumentError(f"{field}: argument {key!r} is matched twice", field=field)
+        check_match_depth(key, value, field)
         chosen[key] = value
     return tuple(chosen.items())
 

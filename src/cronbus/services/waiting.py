@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..fairness import serves
 from ..liveness import is_live
-from ..model import Children, Run, WorkerInfo, WorkerState
+from ..model import Children, FanOutKind, Run, WorkerInfo, WorkerState
 from ..states import RunEvent, RunState, sources
 
 PENDING = sources(RunEvent.CLAIM) | sources(RunEvent.DUE)
@@ -69,6 +69,12 @@ def children_line(children: Children | None) -> str:
     """A waiting parent's line: ``waiting for children: 3 of 10 ended, 2 succeeded``."""
     if children is None:
         return "waiting for its children"
+    if children.kind is FanOutKind.BROADCAST and children.total == 0:
+        # No live worker served it when it was made: it waits broadcast_wait_seconds for one.
+        return (
+            "waiting for a live worker that serves its task and queue, to make its children "
+            "(or it ends dead after broadcast_wait_seconds)"
+        )
     if children.ended >= children.total and children.reduce_run_id is not None:
         return (
             f"waiting for its reduce run {children.reduce_run_id}: {children.succeeded} of "

@@ -277,6 +277,13 @@ class RunLeases(Protocol):
         or to any worker when none fits; a broadcast child (``pinned``) ends dead instead, so
         its parent can finish. Returns how many runs changed."""
 
+    async def settle_broadcasts(self, now: float, wait: float) -> int:
+        """Look at the broadcast parents that found no live worker serving their task and
+        queue when they were created (they wait, with no children): make their children now
+        if such workers are live, or end them dead (a ``NoLiveWorker`` attempt, and the same
+        note among their children's counts) once ``wait`` seconds have passed since their
+        creation. Never a parent succeeded with no children. Returns how many changed."""
+
 
 class Jobs(Protocol):
     """Jobs (recurring runs) and the calendars they skip."""

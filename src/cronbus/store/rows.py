@@ -7,6 +7,7 @@ column added to one store's queries is added to the other's.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from .. import run_figures
@@ -14,6 +15,7 @@ from ..model import (
     Attempt,
     Children,
     ErrorInfo,
+    FanOut,
     FanOutKind,
     Job,
     JobSpec,
@@ -206,6 +208,68 @@ def decode_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         value = json.loads(value)
     return tuple(str(item) for item in value)
+
+
+WAITING_BROADCAST_COLUMNS = """
+    r.id, r.updated_at, r.attempts, r.job_id, r.parent_id, r.child_index, r.task, r.queue,
+    r.priority, r.eta, r.max_attempts, r.timeout, r.namespace, r.route, r.route_key,
+    r.route_labels, r.route_order, r.limit_key, r.limit_max, r.rate_key, r.rate_max,
+    r.rate_period, p.args, p.kwargs, p.trace
+"""
+"""A broadcast parent that waits for a live worker: its place, then its run as a template.
+Its wait counts from ``updated_at``: its insert, or the requeue that revived it (nothing else
+changes a parent without children while it waits)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitingBroadcast:
+    """A broadcast parent without children yet (a row of :data:`WAITING_BROADCAST_COLUMNS`)."""
+
+    id: int
+    since: float
+    """Since when it waits: its creation, or its requeue."""
+    attempts: int
+    job_id: int | None
+    parent_id: int | None
+    child_index: int | None
+    run: NewRun
+    """The parent as it was deferred (its fan-out a broadcast), to expand as at its insert."""
+
+
+def waiting_broadcast(row: Row) -> WaitingBroadcast:
+    """A row of :data:`WAITING_BROADCAST_COLUMNS` (either store: lists decoded by
+    :func:`decode_list`)."""
+    run = NewRun(
+        task=row[6],
+        queue=row[7],
+        priority=row[8],
+        eta=row[9],
+        max_attempts=row[10],
+        timeout=row[11],
+        namespace=row[12],
+        route=row[13],
+        route_key=row[14],
+        route_labels=decode_list(row[15]),
+        route_order=decode_list(row[16]),
+        limit_key=row[17],
+        limit_max=row[18],
+        rate_key=row[19],
+        rate_max=row[20],
+        rate_period=row[21],
+        args_json=row[22],
+        kwargs_json=row[23],
+        trace=row[24],
+        fanout=FanOut(kind=FanOutKind.BROADCAST),
+    )
+    return WaitingBroadcast(
+        id=row[0],
+        since=row[1],
+        attempts=row[2],
+        job_id=row[3],
+        parent_id=row[4],
+        child_index=row[5],
+        run=run,
+    )
 
 
 def attempt_from_row(row: Row) -> Attempt:

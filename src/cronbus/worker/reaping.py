@@ -1,5 +1,6 @@
 """The worker's reaper: requeues the runs of lost workers, ages retries, routes again the runs
-pinned to workers that are gone, and prunes the registry.
+pinned to workers that are gone, expands or gives up the broadcasts that wait for a live worker,
+and prunes the registry.
 
 Every worker runs one, at random intervals around half a lease, so a cluster reaps promptly
 without all its workers hitting the store at the same moment.
@@ -48,6 +49,7 @@ async def reap_forever(
         except Exception:
             log.exception("reaping expired leases failed")
         await _reroute(store, clock.now())
+        await settle_broadcasts(store, clock.now(), settings)
         pause = settings.lease_seconds / 2
         await asyncio.sleep(pause * (0.5 + random.random()))
 
@@ -66,3 +68,28 @@ async def _reroute(store: Store, now: float) -> None:
             rerouted,
             extra={"action": "runs.rerouted"},
         )
+
+
+async def settle_broadcasts(store: Store, now: float, settings: Settings) -> None:
+    """Expand the broadcasts that waited for a live worker and have one now, or end them dead
+    once ``settings.broadcast_wait_seconds`` passed (apart, so a failure holds back nothing)."""
+    try:
+        changed = await store.settle_broadcasts(now, settings.broadcast_wait_seconds)
+    except Exception:
+        log.exception("settling the broadcasts that wait for a live worker failed")
+        return
+    if changed:
+        log.info(
+            "settled %d broadcasts that waited for a live worker",
+            changed,
+            extra={"action": "runs.broadcasts_settled"},
+        )
+
+
+async def settle_broadcasts_forever(store: Store, clock: Clock, settings: Settings) -> None:
+    """:func:`settle_broadcasts` until cancelled, every half wait (half a lease at most): the
+    scheduler runs it, so a broadcast fired when no worker is up still ends, saying so."""
+    pause = max(min(settings.broadcast_wait_seconds, settings.lease_seconds) / 2, 0.05)
+    while True:
+        await settle_broadcasts(store, clock.now(), settings)
+        await asyncio.sleep(pause)

@@ -14,8 +14,8 @@ from collections.abc import Collection, Sequence
 
 from ...distribution import fanout
 from ...distribution.routing import LiveWorker
-from ...model import FanOutKind, NewRun
-from ...states import RunState
+from ...model import NewRun
+from ...states import AttemptOutcome, RunState
 from ..logic import (
     Ended,
     counted_ends,
@@ -25,6 +25,7 @@ from ..logic import (
     wakeups,
 )
 from ..ports import RUNS_CHANNEL
+from ..rows import WaitingBroadcast
 from . import fanout_sql as fq
 from . import inserts, jobs
 from .connection import Row, Tx
@@ -39,29 +40,65 @@ async def expand_parents(
     now: float,
 ) -> None:
     """The counters and children of the fan-out parents just inserted (``rows``: created and
-    id per run); a broadcast without a live worker ends its parent dead at once, noted.
+    id per run); a broadcast without a live worker waits for one (:func:`settle_broadcasts`).
     ``live``: the live workers if read (always, when a broadcast is among ``runs``)."""
     counters: list[Row] = []
     children: list[NewRun] = []
-    dead: list[int] = []
     for run, (created, run_id) in zip(runs, rows, strict=True):
         if run.fanout is None or not created:
             continue
+        # A broadcast without children waits for a live worker (settle_broadcasts).
         kids = fanout.expand(run_id, run, live or ())
-        note = ""
-        if not kids and run.fanout.kind is FanOutKind.BROADCAST:
-            note = fanout.no_worker_note(run.task)
-            dead.append(run_id)
-        counters.append((run_id, run.fanout.kind.value, len(kids), note))
+        counters.append((run_id, run.fanout.kind.value, len(kids), ""))
         children.extend(kids)
     if counters:
         await tx.queue(fq.INSERT_FANOUTS, arrays(("run_id", "kind", "total", "note"), counters))
     if children:
         await inserts.insert_runs(tx, children, now, live)
         tx.nudges.add(RUNS_CHANNEL)
-    if dead:
-        failed = settled_state(fanout.Settle.FAIL)
-        await end_parents(tx, [(run_id, failed) for run_id in dead], now)
+
+
+async def settle_broadcasts(
+    tx: Tx, parents: Sequence[WaitingBroadcast], live: Sequence[LiveWorker], now: float, wait: float
+) -> int:
+    """Expand the waiting broadcast ``parents`` (locked by the caller) that live workers serve
+    now; end dead, with a NoLiveWorker attempt and note, those whose ``wait`` is over. Returns
+    how many changed."""
+    changed = 0
+    gave_up: list[WaitingBroadcast] = []
+    for parent in parents:
+        kids = fanout.expand(parent.id, parent.run, live)
+        step = fanout.pending(len(kids), parent.since, now, wait)
+        if step is fanout.Pending.WAIT:
+            continue
+        changed += 1
+        if step is fanout.Pending.GIVE_UP:
+            gave_up.append(parent)
+            continue
+        await inserts.insert_runs(tx, kids, now, live)
+        await tx.queue(fq.SET_TOTAL, {"total": len(kids), "id": parent.id})
+        tx.nudges.add(RUNS_CHANNEL)
+    if gave_up:
+        await _give_up(tx, gave_up, now)
+    return changed
+
+
+async def _give_up(tx: Tx, parents: Sequence[WaitingBroadcast], now: float) -> None:
+    """End broadcast parents no live worker came for: dead, saying so, with what follows."""
+    errors = [
+        (p.id, fanout.no_worker_error(p.run.task, p.run.queue, now - p.since).message)
+        for p in parents
+    ]
+    params = {
+        **arrays(("ids", "messages"), errors),
+        "worker": fanout.NO_WORKER,
+        "now": now,
+        "outcome": AttemptOutcome.FAILED.value,
+        "error_type": fanout.NO_LIVE_WORKER,
+    }
+    await tx.queue(fq.GIVE_UP_ATTEMPTS, params)
+    failed = settled_state(fanout.Settle.FAIL)
+    await end_parents(tx, [(p.id, failed) for p in parents], now)
 
 
 async def end_parents(tx: Tx, ends: Sequence[tuple[int, RunState]], now: float) -> None:

@@ -9,7 +9,7 @@ waiting parent locks its children first (ascending id), then the parent, then th
 from __future__ import annotations
 
 from ...states import ACTIVE, TERMINAL, RunEvent, RunState, sources, sql_in
-from ..rows import RUN_COLUMNS, RUN_FROM
+from ..rows import RUN_COLUMNS, RUN_FROM, WAITING_BROADCAST_COLUMNS
 
 WAITING = f"'{RunState.WAITING.value}'"
 _REQUEUABLE = sql_in(sources(RunEvent.REQUEUE))
@@ -140,4 +140,56 @@ ORDER BY r.child_index LIMIT %(limit)s
 REDUCE_OF = f"""
 SELECT {RUN_COLUMNS} {RUN_FROM}
 WHERE r.id = (SELECT reduce_run FROM fanouts WHERE run_id = %(parent)s)
+"""
+
+# -- broadcasts that wait for a live worker ------------------------------------------------------
+# Read from fanouts (one row per parent, far fewer than runs), oldest first; a parent another
+# transaction holds (a cancel, another worker's pass) is left to the next pass.
+WAITING_BROADCASTS = f"""
+SELECT {WAITING_BROADCAST_COLUMNS}
+FROM fanouts f
+JOIN runs r ON r.id = f.run_id
+JOIN run_payloads p ON p.run_id = r.id
+WHERE f.kind = 'broadcast' AND f.total = 0 AND r.state = {WAITING}
+ORDER BY f.run_id LIMIT %(limit)s
+FOR UPDATE OF r SKIP LOCKED
+"""
+SET_TOTAL = "UPDATE fanouts SET total = %(total)s WHERE run_id = %(id)s"
+# A broadcast parent no live worker came for: an attempt that says so, and the same note on
+# its counters; end_parents then ends it dead with what follows.
+GIVE_UP_ATTEMPTS = f"""
+WITH given AS (
+    SELECT id, message, nextval('attempts_id_seq') AS attempt_id
+    FROM unnest(%(ids)b::bigint[], %(messages)b::text[]) WITH ORDINALITY AS g(id, message, ord)
+    ORDER BY ord
+),
+noted AS (
+    UPDATE runs r SET attempts = r.attempts + 1, attempt_id = g.attempt_id
+    FROM given g
+    WHERE r.id = g.id AND r.state = {WAITING}
+    RETURNING r.id, r.attempts, g.attempt_id, g.message
+),
+notes AS (
+    UPDATE fanouts f SET note = n.message FROM noted n WHERE f.run_id = n.id
+)
+INSERT INTO attempts (id, run_id, number, worker_id, started_at, finished_at, outcome,
+    error_type, error_message)
+SELECT attempt_id, id, attempts, %(worker)s, %(now)s, %(now)s, %(outcome)s, %(error_type)s,
+    message
+FROM noted
+"""
+# A requeued broadcast parent that had no children waits again for a live worker (its wait
+# counts from now: updated_at); its counters' note is cleared until it ends again.
+REVIVE_CHILDLESS = f"""
+WITH revived AS (
+    UPDATE runs r SET state = {WAITING}, updated_at = %(now)s, finished_at = NULL
+    FROM fanouts f
+    WHERE r.id = ANY(%(ids)b::bigint[]) AND r.state IN {_REQUEUABLE}
+      AND f.run_id = r.id AND f.kind = 'broadcast' AND f.total = 0
+    RETURNING r.id, r.parent_id, r.child_index
+),
+cleared AS (
+    UPDATE fanouts f SET note = '' FROM revived v WHERE f.run_id = v.id
+)
+SELECT id, parent_id, child_index FROM revived
 """

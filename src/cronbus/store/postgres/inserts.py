@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from ...distribution.fanout import with_broadcast_labels
 from ...distribution.routing import TARGETED, LiveWorker
 from ...model import FanOutKind, NewRun
 from ..rows import plain
@@ -48,6 +49,7 @@ async def insert_runs(
     read them in this transaction already."""
     if all(plain(run) for run in runs):
         return await tx.queue(_statement(runs, full=False), run_params(runs, now))
+    runs = [with_broadcast_labels(run) for run in runs]
     if live is None and _needs_live(runs):
         live = await routing.live_workers(tx, {run.namespace for run in runs}, now)
     runs = await routing.assign(tx, runs, live or ())

@@ -35,6 +35,7 @@ async def requeue(tx: Tx, run_ids: Sequence[int] | None, now: float) -> list[int
         ids = [run_id for run_id in run_ids if run_id not in kept]
         requeued = await tx.rows(q.REQUEUE_IDS, {"now": now, "ids": ids}) if ids else []
     if revive:
+        requeued += await tx.rows(fq.REVIVE_CHILDLESS, {"ids": revive, "now": now})
         requeued += await tx.rows(fq.REQUEUE_CHILDREN, {"parents": revive, "now": now})
     revived = await _uncount(tx, requeued, now)
     return sorted({row[0] for row in requeued} | set(revived))

@@ -25,8 +25,9 @@ from ...model import NewRun
 from ...states import ACTIVE, RunEvent, RunState, sources, sql_in
 from ..logic import WORKER_GONE, WORKER_GONE_STATE, Ended, wakeups, worker_gone
 from ..ports import RUNS_CHANNEL
-from ..rows import decode_list
+from ..rows import decode_list, waiting_broadcast
 from . import fanout
+from . import fanout_sql as fq
 from .connection import Connected, Row, Tx
 from .rows import arrays
 
@@ -238,6 +239,17 @@ class PostgresRouting(Connected):
             Ended(run_id=row[0], state=state, parent_id=row[9], child_index=row[10]) for row in rows
         ]
         await fanout.children_ended(tx, ended, now)
+
+    async def settle_broadcasts(self, now: float, wait: float) -> int:
+        """Expand the broadcasts that waited for a live worker and have one; end dead those
+        that waited ``wait`` seconds in vain (see :func:`.fanout.settle_broadcasts`)."""
+        async with self._db.transaction(durable=False) as tx:
+            rows = await tx.rows(fq.WAITING_BROADCASTS, {"limit": _REROUTE_BATCH})
+            if not rows:
+                return 0
+            parents = [waiting_broadcast(row) for row in rows]
+            live = await live_workers(tx, {p.run.namespace for p in parents}, now)
+            return await fanout.settle_broadcasts(tx, parents, live, now, wait)
 
     async def unknown_tasks(self, now: float, namespace: str = "default") -> list[str]:
         """Tasks of queued runs of ``namespace`` that no live worker knows, by name."""

@@ -27,7 +27,7 @@ from ...observability.hooks import StoreObserver, caller
 from .. import migrations
 from ..presence import StoreFaultError
 from ..wake import WakeHub
-from . import files
+from . import files, matches
 from . import sql as q
 from .files import BROKEN, MEMORY, file_identity, statements, store_name, uri
 from .rows import Row, fetch_all, fetch_one
@@ -153,6 +153,8 @@ class Database:
             check_same_thread=False,
             uri=target != self.path,
         )
+        # Payload matches of a listing compare lists and objects in Python (see .matches).
+        matches.register(conn)
         if self.path != MEMORY:
             self._where = os.path.abspath(self.path)
             self.identity = file_identity(self._where)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...liveness import live_sql
 from ...states import ACTIVE, RunEvent, RunState, sources, sql_in
-from ..rows import RUN_COLUMNS, RUN_FROM
+from ..rows import RUN_COLUMNS, RUN_FROM, WAITING_BROADCAST_COLUMNS
 
 _WAITING_RUNS = sql_in(sources(RunEvent.CLAIM) | sources(RunEvent.DUE))
 """Runs that wait for a worker (queued, scheduled): the states runs_targeted covers."""
@@ -193,3 +193,31 @@ UPDATE runs SET state = :to, updated_at = :now, finished_at = NULL WHERE id = :i
 """
 SUB_ENDS = "UPDATE fanouts SET ended = ended - ? WHERE run_id = ?"
 REDUCE_RUN = "SELECT reduce_run FROM fanouts WHERE run_id = ?"
+
+# -- broadcasts that wait for a live worker ------------------------------------------------------
+# Read from fanouts (one row per parent, far fewer than runs), oldest first.
+WAITING_BROADCASTS = f"""
+SELECT {WAITING_BROADCAST_COLUMNS}
+FROM fanouts f
+JOIN runs r ON r.id = f.run_id
+JOIN run_payloads p ON p.run_id = r.id
+WHERE f.kind = 'broadcast' AND f.total = 0 AND r.state = '{RunState.WAITING.value}'
+ORDER BY f.run_id LIMIT :limit
+"""
+SET_NOTE = "UPDATE fanouts SET note = ? WHERE run_id = ?"
+# A broadcast parent no live worker came for ends dead, with an attempt that says so.
+GIVE_UP_PARENT = f"""
+UPDATE runs SET state = :state, attempts = attempts + 1, attempt_id = :attempt_id,
+    updated_at = :now, finished_at = :now
+WHERE id = :id AND state = '{RunState.WAITING.value}'
+"""
+# A requeued broadcast parent that had no children waits again for a live worker (its wait
+# counts from now: updated_at); its counters' note is cleared until it ends again.
+REVIVE_CHILDLESS = f"""
+UPDATE runs SET state = '{RunState.WAITING.value}', updated_at = :now, finished_at = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN {_REQUEUABLE}
+  AND EXISTS (SELECT 1 FROM fanouts f
+              WHERE f.run_id = runs.id AND f.kind = 'broadcast' AND f.total = 0)
+RETURNING id, parent_id, child_index
+"""
+CLEAR_NOTES = "UPDATE fanouts SET note = '' WHERE run_id IN (SELECT value FROM json_each(?))"

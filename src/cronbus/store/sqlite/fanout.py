@@ -12,11 +12,21 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from ...distribution.fanout import Settle, Tally, expand, no_worker_note, reduce_run
+from ...distribution.fanout import (
+    NO_WORKER,
+    Pending,
+    Settle,
+    Tally,
+    expand,
+    no_worker_error,
+    pending,
+    reduce_run,
+    with_broadcast_labels,
+)
 from ...distribution.routing import LiveWorker
 from ...errors import InvalidArgumentError, LeaseLostError
 from ...model import Deferred, FanOutKind, NewRun
-from ...states import ACTIVE, TRANSITIONS, RunEvent, RunState
+from ...states import ACTIVE, TRANSITIONS, AttemptOutcome, RunEvent, RunState
 from ..logic import (
     Ended,
     cancels_children,
@@ -26,9 +36,13 @@ from ..logic import (
     settled_state,
     wakeups,
 )
+from ..rows import WaitingBroadcast, waiting_broadcast
 from . import dist_sql as dq
-from .routing import route
-from .rows import Row, insert_rows
+from .routing import live_workers, route
+from .rows import Row, insert_rows, sequence
+
+BROADCAST_BATCH = 1000
+"""Waiting broadcast parents looked at per transaction (the rest at the next pass)."""
 
 
 def insert_runs(
@@ -39,8 +53,10 @@ def insert_runs(
 ) -> list[Deferred]:
     """Insert runs: targets chosen for routed runs, then the runs, then the children of each new
     broadcast or shards parent (a known idempotency key or (job, fire) returns its run, and
-    expands nothing). A broadcast that finds no live worker ends its parent dead at once, with
-    a note; such parents' ids are added to ``ended`` (their job plans its next fire)."""
+    expands nothing). A broadcast that finds no live worker waits for one (see
+    :func:`settle_broadcasts`); a parent that ended at once has its id added to ``ended`` (its
+    job plans its next fire)."""
+    runs = [with_broadcast_labels(run) for run in runs]
     routed, workers = route(conn, runs, now)
     deferred = insert_rows(conn, routed, now)
     for run, done in zip(routed, deferred, strict=True):
@@ -61,17 +77,78 @@ def _expand(
     assert parent.fanout is not None
     children = expand(parent_id, parent, workers)
     kind = parent.fanout.kind
-    empty = not children and kind is FanOutKind.BROADCAST
-    note = no_worker_note(parent.task) if empty else ""
-    conn.execute(dq.INSERT_FANOUT, (parent_id, kind.value, len(children), note))
+    conn.execute(dq.INSERT_FANOUT, (parent_id, kind.value, len(children), ""))
     if children:
         insert_runs(conn, children, now)
         return
-    # Nothing is dropped silently: a broadcast nobody can run is a dead letter.
-    state = settled_state(Settle.FAIL if empty else Settle.SUCCEED)
+    if kind is FanOutKind.BROADCAST:
+        # No live worker serves it yet (workers starting): it waits, and settle_broadcasts
+        # makes its children when one registers, or ends it dead once its wait is over.
+        return
+    state = settled_state(Settle.SUCCEED)
     conn.execute(dq.END_PARENT, {"id": parent_id, "state": state.value, "now": now})
     if ended is not None and parent.job_id is not None:
         ended.append(parent_id)
+
+
+def settle_broadcasts(
+    conn: sqlite3.Connection, now: float, wait: float
+) -> tuple[int, list[Ended], list[int]]:
+    """Expand the broadcast parents that wait for a live worker and have one now; end dead,
+    with an attempt saying why, those whose ``wait`` (from their creation or requeue) is
+    over. Returns how many changed, and the parents that ended (children of a parent; runs of
+    a job) for the caller's accounting."""
+    rows = conn.execute(dq.WAITING_BROADCASTS, {"limit": BROADCAST_BATCH}).fetchall()
+    if not rows:
+        return 0, [], []
+    workers = live_workers(conn, now, None)
+    changed, ended, job_runs = 0, [], []
+    for parent in map(waiting_broadcast, rows):
+        children = expand(parent.id, parent.run, workers)
+        step = pending(len(children), parent.since, now, wait)
+        if step is Pending.WAIT:
+            continue
+        changed += 1
+        if step is Pending.EXPAND:
+            insert_runs(conn, children, now)
+            conn.execute(dq.ADD_TOTAL, (len(children), parent.id))
+            continue
+        state = _give_up(conn, parent, now)
+        if parent.parent_id is not None:
+            ended.append(
+                Ended(
+                    run_id=parent.id,
+                    state=state,
+                    parent_id=parent.parent_id,
+                    child_index=parent.child_index,
+                )
+            )
+        if parent.job_id is not None:
+            job_runs.append(parent.id)
+    return changed, ended, job_runs
+
+
+def _give_up(conn: sqlite3.Connection, parent: WaitingBroadcast, now: float) -> RunState:
+    """End a broadcast parent no live worker came for: dead, with an attempt and a note."""
+    error = no_worker_error(parent.run.task, parent.run.queue, now - parent.since)
+    conn.execute(
+        dq.INSERT_GONE_ATTEMPT,
+        {
+            "id": parent.id,
+            "number": parent.attempts + 1,
+            "worker": NO_WORKER,
+            "now": now,
+            "outcome": AttemptOutcome.FAILED.value,
+            "error_type": error.type,
+            "error_message": error.message,
+        },
+    )
+    attempt_id = sequence(conn, "attempts")
+    state = settled_state(Settle.FAIL)
+    params = {"id": parent.id, "state": state.value, "attempt_id": attempt_id, "now": now}
+    conn.execute(dq.GIVE_UP_PARENT, params)
+    conn.execute(dq.SET_NOTE, (error.message, parent.id))
+    return state
 
 
 def account(

@@ -80,7 +80,7 @@ def runs_ended(
         if state is RunState.SUCCEEDED:
             dead: list[int] = []
             changed |= bool(_fire_children(conn, job_id, now, dead))
-            # A child job's broadcast that found no worker ended at once: it follows up too.
+            # A child job's fan-out that ended at once (no children) follows up too.
             pending.extend(_job_states(conn, dead))
     return changed
 

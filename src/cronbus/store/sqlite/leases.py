@@ -31,7 +31,7 @@ from ..ports import Beat, HeldAttempt
 from . import sql as q
 from .connection import Connected
 from .endings import runs_ended
-from .fanout import create_reduce, spawn
+from .fanout import create_reduce, settle_broadcasts, spawn
 from .limits import admitted
 from .routing import reroute
 from .rows import Row, attempt_params, execute, finish_params, sequence
@@ -276,6 +276,16 @@ class SqliteLeases(Connected):
         await self._nudge(nudges)
         return moved
 
+    async def settle_broadcasts(self, now: float, wait: float) -> int:
+        """Expand the broadcasts that waited for a live worker and have one; end dead those
+        that waited ``wait`` seconds in vain (see :func:`.fanout.settle_broadcasts`)."""
+        nudges: set[str] = set()
+        changed = await self._transact(
+            _settle_broadcasts, now, wait, nudges, durable=False, wake=nudges
+        )
+        await self._nudge(nudges)
+        return changed
+
 
 def _claimed(
     row: Row, attempt_id: int, fence: int, payload: tuple[str, str, str | None]
@@ -352,6 +362,14 @@ def _reroute(conn: sqlite3.Connection, now: float, nudges: set[str]) -> int:
         nudges.update(wakeups(RunState.QUEUED))
     runs_ended(conn, ended, [], now, nudges)
     return moved
+
+
+def _settle_broadcasts(conn: sqlite3.Connection, now: float, wait: float, nudges: set[str]) -> int:
+    changed, ended, job_runs = settle_broadcasts(conn, now, wait)
+    if changed:
+        nudges.update(wakeups(RunState.QUEUED))
+    runs_ended(conn, ended, job_runs, now, nudges)
+    return changed
 
 
 def _reap(conn: sqlite3.Connection, now: float, max_lost: int, nudges: set[str]) -> list[int]:

@@ -2,35 +2,48 @@
 
 A payload is JSON text in ``run_payloads``; SQLite reads a JSON ``true`` as 1 and an object
 back as text in its stored key order, so values are not compared as SQLite values: each match
-walks the JSON with ``json_each`` and compares the element's JSON type and atom, objects key by
-key and arrays index by index, which is JSON equality (``42`` is ``42.0``, never ``"42"``;
+finds the argument with ``json_each`` and compares the element's JSON type and atom (a scalar),
+or, for a list or an object, hands its JSON text to :func:`json_equals` (a function of the
+connection, :func:`register`), which is JSON equality (``42`` is ``42.0``, never ``"42"``;
 ``true`` is not ``1``; ``{"a": 1, "b": 2}`` is ``{"b": 2, "a": 1}``). A stored NUL is read as
 U+FFFD, as PostgreSQL's store reads it (see :func:`readable`).
+
+Lists and objects are not compared level by level in SQL: that took one nested ``EXISTS`` per
+level of the value, and SQLite's parser overflows its stack from about 8 levels ("parser stack
+overflow"), while a match may nest as deep as an argument (:data:`cronbus.serialization.
+MAX_DEPTH`). SQL only sieves them (their member count and a few scalar members of the first
+level, one level of ``EXISTS``) before the function compares the rest, so the statement keeps
+one shape at every depth and the function runs only for the few payloads that pass the sieve.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from itertools import count
+import json
+import sqlite3
+from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from ...model import JSON
 
 _EMPTY = {"array": "[]", "object": "{}"}
+_SIEVE = 8
+"""Scalar members of a list or object match tested in SQL before the whole comparison."""
+JSON_EQUALS = "cronbus_json_equals"
+"""The SQL name of :func:`json_equals` on every connection of the store."""
 
 
 def payload_condition(matches: Sequence[tuple[str, JSON]]) -> tuple[str, list[Any]]:
     """The condition on a run ``r`` that its payload meets every match, with its parameters
     (one probe of ``run_payloads`` by primary key, whichever index the listing walks)."""
     params: list[Any] = []
-    names = (f"j{n}" for n in count())
     tests = []
-    for key, value in matches:
+    for index, (key, value) in enumerate(matches):
         column, label = ("m.args", int(key)) if positional(key) else ("m.kwargs", key)
         column = readable(column)
-        alias = next(names)
+        alias = f"j{index}"
         params.append(label)
-        inner = _equals(alias, value, params, names)
+        inner = _equals(alias, value, params)
         tests.append(
             f"EXISTS (SELECT 1 FROM json_each({column}) AS {alias} "
             f"WHERE {alias}.key = ? AND {inner})"
@@ -57,7 +70,7 @@ def positional(key: str) -> bool:
     return key.isascii() and key.isdigit()
 
 
-def _equals(alias: str, value: JSON, params: list[Any], names: Iterator[str]) -> str:
+def _equals(alias: str, value: JSON, params: list[Any]) -> str:
     """The condition that the JSON element ``alias`` (a row of ``json_each``) equals ``value``."""
     if value is None:
         return f"{alias}.type = 'null'"
@@ -69,19 +82,79 @@ def _equals(alias: str, value: JSON, params: list[Any], names: Iterator[str]) ->
     if isinstance(value, str):
         params.append(value)
         return f"{alias}.type = 'text' AND {alias}.atom = ?"
-    items = list(enumerate(value)) if isinstance(value, list | tuple) else list(value.items())
-    kind = "array" if isinstance(value, list | tuple) else "object"
+    return _container(alias, value, params)
+
+
+def _container(alias: str, value: list[JSON] | dict[str, JSON], params: list[Any]) -> str:
+    """A list or an object: compared whole by :func:`json_equals`, after cheap tests in SQL
+    that turn most payloads away first (the member count, and up to :data:`_SIEVE` scalar
+    members of the first level: one level of ``EXISTS``, whatever the value's depth)."""
+    kind = "object" if isinstance(value, dict) else "array"
+    items = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
     # ``value`` is JSON text only for arrays and objects (a string's is the bare text, which
     # json_each would refuse), so other elements are walked as an empty container instead.
     members = f"json_each(iif({alias}.type = '{kind}', {alias}.value, '{_EMPTY[kind]}'))"
-    # Each member present and equal, and no other: the count excludes extra ones.
     params.append(len(items))
     tests = [f"{alias}.type = '{kind}'", f"(SELECT count(*) FROM {members}) = ?"]
-    for key, item in items:
-        child = next(names)
+    scalars = [(key, item) for key, item in items if not isinstance(item, list | dict)]
+    for number, (key, item) in enumerate(scalars[:_SIEVE]):
+        child = f"{alias}_{number}"
         params.append(key)
-        inner = _equals(child, item, params, names)
+        inner = _equals(child, item, params)
         tests.append(
             f"EXISTS (SELECT 1 FROM {members} AS {child} WHERE {child}.key = ? AND {inner})"
         )
-    return " AND ".join(tests)
+    params.append(_canonical_text(value))
+    # CASE fixes the order: SQLite would call the function first (it ranks it cheaper than
+    # the subqueries), once per payload, where the tests above turn most of them away.
+    return f"CASE WHEN {' AND '.join(tests)} THEN {JSON_EQUALS}({alias}.value, ?) ELSE 0 END"
+
+
+def register(conn: sqlite3.Connection) -> None:
+    """Make :func:`json_equals` callable in ``conn``'s SQL (as :data:`JSON_EQUALS`)."""
+    conn.create_function(JSON_EQUALS, 2, json_equals, deterministic=True)
+
+
+def json_equals(stored: str | None, wanted: str) -> int:
+    """1 if the JSON text ``stored`` (a list or an object of a payload) equals the JSON text
+    ``wanted`` (a match) by JSON's equality, else 0; text that does not parse equals nothing."""
+    if stored is None:
+        return 0
+    try:
+        return int(_same(json.loads(stored), _wanted(wanted)))
+    except (ValueError, RecursionError):
+        # A payload deeper than Python parses is deeper than any match (MAX_DEPTH): unequal.
+        return 0
+
+
+@lru_cache(maxsize=64)
+def _wanted(text: str) -> Any:
+    # One match is compared with many payloads: parsed once per statement, not once per row.
+    return json.loads(text)
+
+
+def _canonical_text(value: JSON) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _same(found: Any, wanted: Any) -> bool:
+    """JSON's equality of two decoded values, stopping at the first difference (most payloads
+    differ early): booleans apart from numbers (Python's ``True == 1``), numbers by value
+    (``42 == 42.0``), objects whatever their key order, arrays in order."""
+    if isinstance(wanted, bool) or wanted is None:
+        return found is wanted
+    if isinstance(wanted, int | float):
+        return not isinstance(found, bool) and isinstance(found, int | float) and found == wanted
+    if isinstance(wanted, str):
+        return isinstance(found, str) and found == wanted
+    if isinstance(wanted, list):
+        return (
+            isinstance(found, list)
+            and len(found) == len(wanted)
+            and all(_same(f, w) for f, w in zip(found, wanted, strict=True))
+        )
+    return (
+        isinstance(found, dict)
+        and len(found) == len(wanted)
+        and all(key in found and _same(found[key], item) for key, item in wanted.items())
+    )

@@ -1,7 +1,8 @@
 """Requeue in the SQLite store, with the fan-out rules of :mod:`cronbus.store.logic`: a child
 queued again is no longer counted as ended at its parent, which waits again if it had ended;
 a fan-out parent is revived (its dead and cancelled children, and its reduce run, queued
-again) instead of running again. Inside the caller's write transaction.
+again) instead of running again; a broadcast parent that had no children (no live worker came)
+waits for one again. Inside the caller's write transaction.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ def requeue(conn: sqlite3.Connection, run_ids: Sequence[int] | None, now: float)
         kept = set(revive)
         ids = json.dumps([run_id for run_id in run_ids if run_id not in kept])
         requeued = conn.execute(q.REQUEUE_IDS, {"now": now, "ids": ids}).fetchall()
+    if revive:
+        childless = conn.execute(
+            dq.REVIVE_CHILDLESS, {"now": now, "ids": json.dumps(revive)}
+        ).fetchall()
+        conn.execute(dq.CLEAR_NOTES, (json.dumps([row[0] for row in childless]),))
+        requeued += childless
     for parent in revive:
         requeued += conn.execute(dq.REQUEUE_CHILDREN, {"parent": parent, "now": now}).fetchall()
         (reduce_id,) = conn.execute(dq.REDUCE_RUN, (parent,)).fetchone()

@@ -70,7 +70,7 @@ def _cancel(conn: sqlite3.Connection, run_id: int, now: float, nudges: set[str])
 
 
 def _defer(conn: sqlite3.Connection, runs: Sequence[NewRun], now: float) -> list[Deferred]:
-    """Insert runs; a broadcast parent that ended at once (no live worker) follows up."""
+    """Insert runs; a fan-out parent that ended at once (no children) follows up."""
     dead: list[int] = []
     deferred = insert_runs(conn, runs, now, dead)
     if dead:

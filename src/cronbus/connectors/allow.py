@@ -26,9 +26,6 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
-
 from ..errors import ConnectorNotAllowedError, InvalidArgumentError
 from ..validation import shorten
 
@@ -158,6 +155,10 @@ def database_key(url: str, field: str = "config.url") -> DatabaseKey:
         raise InvalidArgumentError(
             f"{field}: not an sqlite:/// or postgresql:// URL: {_hidden(text)}", field=field
         )
+    # Imported here: a command on a SQLite store loads no PostgreSQL package (test_cli_imports).
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
     try:
         params = conninfo_to_dict(text)
     except psycopg.Error as exc:

@@ -145,8 +145,9 @@ class TokensService:
         return shown(await self._c.store.get_token(check_token_id(token_id)))
 
     async def revoke(self, token_id: str) -> TokenRecord:
-        """Revoke a token: requests carrying it are refused from now on. Revoking it again
-        changes nothing."""
+        """Revoke a token: requests carrying it are refused from now on, and its console
+        sessions end (the store deletes them with the revocation). Revoking it again changes
+        nothing."""
         self._c.admin()
         token_id = check_token_id(token_id)
         record = await self._c.store.revoke_token(token_id, self._c.now())

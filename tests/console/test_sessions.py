@@ -103,6 +103,16 @@ async def test_a_copied_cookie_stops_working_after_logout(console: Console) -> N
             assert not await logged_in(thief)  # the server forgot the session, not just a tab
 
 
+async def test_the_cookie_of_an_ended_session_is_deleted(console: Console) -> None:
+    async with client(console, cookies={COOKIE: "no-such-session"}) as browser:
+        response = await browser.get("/runs")
+        assert response.status_code == 303
+        assert response.headers["location"] == "/login?next=/runs"
+        ended = set_cookie(response)[COOKIE]
+        assert ended.value == ""
+        assert int(ended["max-age"]) == 0  # not sent (and counted as a failure) again
+
+
 async def test_an_idle_session_ends(console: Console, clock: FakeClock) -> None:
     token = await console.token("read")
     async with client(console) as browser:

@@ -215,3 +215,17 @@ async def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_allowanc
         two = {"X-Forwarded-For": "203.0.113.2"}
         assert await bad_logins(proxy, 4, **one) == [401, 401, 401, 429]
         assert await bad_logins(proxy, 1, **two) == [401]
+
+
+async def test_console_use_counts_as_the_tokens_use(console: Console, clock: FakeClock) -> None:
+    token = await console.token("read")
+    token_id = token.split("_")[1]
+    async with client(console) as browser:
+        assert (await login(browser, token)).status_code == 303
+        clock.advance(120)
+        assert await logged_in(browser)
+    listed = await console.api.call("GET", "/v1/tokens")
+    assert listed.status_code == 200, listed.text
+    used = next(t for t in listed.json()["items"] if t["id"] == token_id)["last_used_at"]
+    assert used is not None
+    assert used == pytest.approx(clock.now())  # the tokens page's "last use" stays true

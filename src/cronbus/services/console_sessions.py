@@ -84,6 +84,10 @@ class ConsoleSessionsService:
             await self._c.store.delete_console_session(key)
             raise UnauthorizedError(_ENDED)
         check_live(token, now)
+        # A console request is a use of its token, as an API request is: the tokens page's
+        # "last use" stays true (written at most once a minute, like the session's own).
+        if token.last_used_at is None or now - token.last_used_at >= TOUCH_EVERY:
+            await self._c.store.touch_token(token.id, now)
         if now - record.last_seen_at >= TOUCH_EVERY:
             await self._c.store.touch_console_session(key, now)
             record = replace(record, last_seen_at=now)

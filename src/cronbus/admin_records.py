@@ -58,6 +58,25 @@ class TokenRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ConsoleSession:
+    """A console login as stored: the sha256 hex of its random id (the cookie holds the id,
+    never the API token), the token it acts with, and when it ends."""
+
+    hash: str
+    """sha256 hex of the session id."""
+    token_id: str
+    created_at: float
+    last_seen_at: float
+    """When a request last used it (written at most once a minute); an idle session ends."""
+    expires_at: float
+    """When it ends however busy: its lifetime, bounded by the token's expiry."""
+
+    def live(self, now: float, idle: float) -> bool:
+        """True before ``expires_at`` and less than ``idle`` seconds after ``last_seen_at``."""
+        return now < self.expires_at and now < self.last_seen_at + idle
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AuditEntry:
     """One change made through the services: who did what to which resource, and when."""
 

@@ -22,7 +22,7 @@ from cronbus.api.serving import ApiServer, listen
 from cronbus.console import hub as hub_module
 from cronbus.console.hub import HUB
 from cronbus.console.routes import live
-from cronbus.console.session import TOKEN_COOKIE
+from cronbus.console.session import SESSION_COOKIE
 from cronbus.services import Services
 from integration.test_api_support import FAST, make_app, served, until
 
@@ -59,11 +59,12 @@ async def streams(
     """``count`` live streams of namespace ``ns``, each on its own connection, as tabs."""
     limits = httpx.Limits(max_connections=count + 5)
     async with (
-        httpx.AsyncClient(
-            base_url=url, cookies={TOKEN_COOKIE: token}, timeout=30.0, limits=limits
-        ) as client,
+        httpx.AsyncClient(base_url=url, timeout=30.0, limits=limits) as client,
         contextlib.AsyncExitStack() as stack,
     ):
+        # Logged in through the form: the cookie holds a session of the token, as a browser's.
+        login = await client.post("/login", data={"token": token, "next": "/"})
+        assert login.status_code == 303, login.text
         opened = []
         readers = []
         for _ in range(count):
@@ -192,7 +193,9 @@ async def test_no_session_is_sent_to_the_login_page(console: Console) -> None:
     response = await console.api.client.get("/live?ns=default")
     assert response.status_code == 303
     assert response.headers["location"] == "/login?next=/live%3Fns%3Ddefault"
-    async with httpx.AsyncClient(base_url=console.api.url, cookies={TOKEN_COOKIE: "cb_no"}) as c:
+    async with httpx.AsyncClient(
+        base_url=console.api.url, cookies={SESSION_COOKIE: "no-such-session"}
+    ) as c:
         bad = await c.get("/live")
     assert bad.status_code == 303
 

@@ -225,6 +225,7 @@ def environment() -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join([str(TESTS), kept.get("PYTHONPATH", "")]),
         "PYTHONUNBUFFERED": "1",
         "CRONBUS_API_RATE": "100000",
+        "CRONBUS_API_AUTH_FAILURE_BURST": "100000",
         "CRONBUS_POLL_SECONDS": "0.5",
         "CRONBUS_GRACE_SECONDS": "1",
     }

@@ -25,7 +25,11 @@ URL = re.compile(r"cronbus API listening on (http://127\.0\.0\.1:\d+)")
 def command(*args: str, cwd: Path = TESTS) -> Iterator[subprocess.Popen[str]]:
     """``cronbus ARGS`` as a child process, stopped (SIGTERM, then SIGKILL) however the block
     ends."""
-    env = {**os.environ, "CRONBUS_API_RATE": "100000"}
+    env = {
+        **os.environ,
+        "CRONBUS_API_RATE": "100000",
+        "CRONBUS_API_AUTH_FAILURE_BURST": "100000",
+    }
     child = subprocess.Popen(
         [sys.executable, "-m", "cronbus", *args],
         cwd=cwd,

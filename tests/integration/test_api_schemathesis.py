@@ -177,6 +177,9 @@ def _start(store: str, log: Path) -> subprocess.Popen[bytes]:
         "CRONBUS_CONNECTOR_FILES": SEED_FILES,
         "CRONBUS_CONNECTOR_DATABASES": SEED_DATABASE,
     }
+    # Every case is sent again with a forged token and with none: the limit of failed token
+    # lookups per address is tested elsewhere too.
+    env["CRONBUS_API_AUTH_FAILURE_BURST"] = "10000000"
     command = [sys.executable, "-m", "cronbus", "api", "--app", "apps.api_app:app"]
     command += ["--store", store, "--host", "127.0.0.1", "--port", "0", "--log-level", "WARNING"]
     with log.open("wb") as out:

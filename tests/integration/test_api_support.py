@@ -17,15 +17,17 @@ import pytest
 from cronbus import App
 from cronbus.api import ApiSettings, create_api
 from cronbus.api.serving import ApiServer, listen
+from cronbus.clock import Clock
 from cronbus.services import Services
 
-FAST = ApiSettings(rate=1_000_000)
-"""Settings under which no test meets the rate limit unless it wants to."""
+FAST = ApiSettings(rate=1_000_000, auth_failure_burst=1_000_000)
+"""Settings under which no test meets a rate limit (per token, or of failed token lookups per
+client address) unless it wants to."""
 
 
-def make_app(url: str) -> App:
-    """An app with the tasks the API tests defer and schedule."""
-    app = App(store=url)
+def make_app(url: str, clock: Clock | None = None) -> App:
+    """An app with the tasks the API tests defer and schedule (on ``clock``, if given)."""
+    app = App(store=url, clock=clock)
 
     @app.task(name="send", queue="emails")
     def send(to: str, subject: str = "hi") -> str:

@@ -4,8 +4,8 @@ Every resource lives under ``/v1`` (:mod:`cronbus.api.routes`); ``/openapi.json`
 ``/v1/health``, ``/v1/ready`` and ``/metrics`` (:mod:`.metrics_route`) need no token, everything
 else a Bearer token. Errors are
 problem documents (:mod:`.problems`), bodies over the limit are refused (:mod:`.bodylimit`),
-POSTs honour ``Idempotency-Key`` (:mod:`.idempotency`) and each token has a rate
-(:mod:`.ratelimit`).
+POSTs honour ``Idempotency-Key`` (:mod:`.idempotency`), each token has a rate and each client
+address a limit of failed token lookups (:mod:`.ratelimit`, :mod:`.clients`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ from .._version import __version__
 from ..app import App
 from . import metrics_route, problems
 from .bodylimit import BodyLimit
-from .ratelimit import RateLimiter
 from .routes import ROUTERS
 from .settings import ApiSettings
-from .state import ApiState
+from .state import new_state
 
 DESCRIPTION = """\
 The HTTP API of cronbus: jobs, runs, dead letters, workers, topics and events, subscriptions,
@@ -59,9 +58,7 @@ def create_api(app: App, settings: ApiSettings | None = None) -> FastAPI:
         docs_url=None,  # every endpoint but health, ready and the document needs a token
         redoc_url=None,
     )
-    api.state.cronbus = ApiState(
-        app=app, settings=chosen, limiter=RateLimiter(chosen.rate, chosen.bucket_size)
-    )
+    api.state.cronbus = new_state(app, chosen)
     problems.install(api)
     _document_problems(api)
     api.add_middleware(BodyLimit, max_bytes=chosen.max_body)

@@ -3,10 +3,12 @@ the namespace the request acts in, together as the :class:`~cronbus.services.Ser
 calls.
 
 A request without a token, or with one that is unknown, revoked or expired, is refused with 401
-(``WWW-Authenticate: Bearer``); a known token then takes one request from its rate (429 beyond
-it). The namespace is the ``namespace`` query parameter, else the ``X-Cronbus-Namespace``
-header, else the token's only namespace, else ``default``. Whether the token may act there is the
-services' to say (403).
+(``WWW-Authenticate: Bearer``) and counts as a failure of its client address; an address out of
+failures is refused with 429 before its token is looked up, unless that token was good in this
+process before (:class:`~.ratelimit.FailureLimiter`). A known token then takes one request from
+its rate (429 beyond it). The namespace is the ``namespace`` query parameter, else the
+``X-Cronbus-Namespace`` header, else the token's only namespace, else ``default``. Whether the
+token may act there is the services' to say (403).
 """
 
 from __future__ import annotations
@@ -38,7 +40,25 @@ async def authenticate(request: Request) -> Access:
     found: Access | None = getattr(request.state, "access", None)
     if found is not None:
         return found
-    header = request.headers.get("authorization")
+    state = api_state(request)
+    address = state.clients.address(request)
+    header = request.headers.get("authorization") or ""
+    token = header.strip().partition(" ")[2].strip() or None
+    state.failures.check(address, token)
+    try:
+        access = await _lookup(request, header)
+    except UnauthorizedError:
+        state.failures.failed(address, token)
+        raise
+    if token is not None:  # always, once a lookup succeeded
+        state.failures.succeeded(token)
+    state.limiter.admit(access.token_id or access.actor)
+    request.state.access = access
+    return access
+
+
+async def _lookup(request: Request, header: str) -> Access:
+    """The access of the ``Authorization`` header's token; UnauthorizedError if none."""
     if not header:
         raise UnauthorizedError(
             "this endpoint needs a token: send 'Authorization: Bearer TOKEN' "
@@ -50,11 +70,7 @@ async def authenticate(request: Request) -> Access:
         raise UnauthorizedError("the Authorization header must be 'Bearer TOKEN'")
     if len(token) > MAX_TOKEN_LENGTH:
         raise UnauthorizedError("the token is not valid")
-    state = api_state(request)
-    access = await Services(state.app).tokens.authenticate(token)
-    state.limiter.admit(access.token_id or access.actor)
-    request.state.access = access
-    return access
+    return await Services(api_state(request).app).tokens.authenticate(token)
 
 
 async def current_access(

@@ -268,7 +268,8 @@ _DESCRIPTIONS = {
     409: "The change clashes with what is stored",
     413: "The request body is too large",
     422: "An input is not valid; `errors` names each field",
-    429: "Too many requests for this token; see Retry-After",
+    429: "Too many requests for this token, or failed token lookups from this address; see "
+    "Retry-After",
     503: "The store is not reachable or not migrated",
 }
 COMMON = (401, 403, 413, 422, 429)

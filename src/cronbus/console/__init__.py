@@ -1,9 +1,10 @@
 """The web console: server-rendered pages over the service layer, served at ``/``.
 
 ``cronbus api`` and ``cronbus server`` mount it beside the HTTP API (:func:`install`). An
-operator logs in with an API token (kept in an HttpOnly, SameSite=Strict cookie); every page
-reads and changes the store through :class:`~cronbus.services.Services` with that token's
-access, so the console can do exactly what the token may do and offers nothing more. Pages are
+operator logs in with an API token, which opens a server-side session whose random id is all
+the cookie keeps (:mod:`.session`); every page reads and changes the store through
+:class:`~cronbus.services.Services` with that token's access, so the console can do exactly
+what the token may do and offers nothing more. Pages are
 Jinja2 templates with htmx for partial updates; a server-sent-events stream
 (:mod:`.routes.live`) tells the tabs when the shared, cached aggregate changed: one per browser
 and namespace (the visible tab holding a Web Lock streams and passes ticks to the others; a

@@ -1,7 +1,8 @@
 """Errors on console pages answered as pages, not as the API's problem documents.
 
 :class:`ConsoleRoute` wraps every console handler: a missing or invalid session becomes a
-redirect to the login page (``HX-Redirect`` for htmx requests), and a cronbus error (not found,
+redirect to the login page (``HX-Redirect`` for htmx requests; the cookie of a session that
+ended is deleted), and a cronbus error (not found,
 forbidden, invalid input, conflict) a page that says what went wrong with the matching status.
 """
 
@@ -24,7 +25,7 @@ from ..errors import (
     StoreError,
     UnauthorizedError,
 )
-from .session import LoginRequired, login_url
+from .session import SESSION_COOKIE, LoginRequired, login_url
 
 _STATUSES: tuple[tuple[type[CronbusError], int], ...] = (
     (NotFoundError, 404),
@@ -57,9 +58,15 @@ class ConsoleRoute(APIRoute):
                 return await handler(request)
             except LoginRequired as exc:
                 target = login_url(exc.next_url)
+                answer: Response
                 if request.headers.get("hx-request") == "true":
-                    return Response(status_code=204, headers={"HX-Redirect": target})
-                return RedirectResponse(target, status_code=303)
+                    answer = Response(status_code=204, headers={"HX-Redirect": target})
+                else:
+                    answer = RedirectResponse(target, status_code=303)
+                if exc.clear:
+                    # The session ended: its cookie would only be sent (and refused) again.
+                    answer.delete_cookie(SESSION_COOKIE, path="/")
+                return answer
             except CronbusError as exc:
                 return error_page(request, exc)
 

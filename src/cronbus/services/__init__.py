@@ -28,6 +28,7 @@ from .access import LOCAL, Access, Scope
 from .alerts import AlertsService
 from .audit import AuditService
 from .connectors import ConnectorsService, ConnectorView, TaskView
+from .console_sessions import ConsoleSessionsService
 from .context import Context
 from .dead_letters import DeadLettersService
 from .health import HealthService
@@ -72,6 +73,7 @@ __all__ = [
     "Bucket",
     "ConnectorView",
     "ConnectorsService",
+    "ConsoleSessionsService",
     "DeadLetter",
     "DeadLetterKind",
     "DeadLetterResult",
@@ -142,6 +144,8 @@ class Services:
         """Tasks: list (the app's and the live workers'), unserved hints."""
         self.tokens = TokensService(context)
         """API tokens (admin): create, list, get, revoke; authenticate (no access needed)."""
+        self.console_sessions = ConsoleSessionsService(context)
+        """Console sessions: open (log in with a token), resume, close (log out)."""
         self.namespaces = NamespacesService(context)
         """Namespaces: list and get (the caller's own); create, delete (admin)."""
         self.audit = AuditService(context)

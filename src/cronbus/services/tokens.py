@@ -145,8 +145,9 @@ class TokensService:
         return shown(await self._c.store.get_token(check_token_id(token_id)))
 
     async def revoke(self, token_id: str) -> TokenRecord:
-        """Revoke a token: requests carrying it are refused from now on. Revoking it again
-        changes nothing."""
+        """Revoke a token: requests carrying it are refused from now on, and its console
+        sessions end (the store deletes them with the revocation). Revoking it again changes
+        nothing."""
         self._c.admin()
         token_id = check_token_id(token_id)
         record = await self._c.store.revoke_token(token_id, self._c.now())
@@ -156,6 +157,11 @@ class TokensService:
     async def authenticate(self, token: str | None) -> Access:
         """The access a token grants: :class:`~cronbus.errors.UnauthorizedError` when it is
         missing, malformed, unknown, revoked or expired. No access is needed to call it."""
+        return access_of(await self.live_record(token))
+
+    async def live_record(self, token: str | None) -> TokenRecord:
+        """The record of a token that is valid now (noted as used), with its hash:
+        :class:`~cronbus.errors.UnauthorizedError` as :meth:`authenticate` says."""
         if not isinstance(token, str) or not token:
             raise UnauthorizedError("no token: send Authorization: Bearer <token>")
         match = _TOKEN.fullmatch(token)
@@ -166,13 +172,23 @@ class TokensService:
         if record is None or record.id != match[1]:
             raise UnauthorizedError("unknown token")
         now = self._c.now()
-        if record.revoked_at is not None:
-            raise UnauthorizedError(f"token {record.id} was revoked")
-        if not record.live(now):
-            raise UnauthorizedError(f"token {record.id} expired")
+        check_live(record, now)
         # The record says when it was last noted: within TOUCH_EVERY the store would write
         # nothing, so most requests skip the round trip.
         if record.last_used_at is None or now - record.last_used_at >= TOUCH_EVERY:
             await self._c.store.touch_token(record.id, now)
-        access = Access.of(record.name, record.scope, record.namespaces, token_id=record.id)
-        return replace(access, payloads=record.payloads)
+        return record
+
+
+def check_live(record: TokenRecord, now: float) -> None:
+    """Refuse a token that was revoked or has expired (UnauthorizedError saying which)."""
+    if record.revoked_at is not None:
+        raise UnauthorizedError(f"token {record.id} was revoked")
+    if not record.live(now):
+        raise UnauthorizedError(f"token {record.id} expired")
+
+
+def access_of(record: TokenRecord) -> Access:
+    """The access a (live) token's record grants."""
+    access = Access.of(record.name, record.scope, record.namespaces, token_id=record.id)
+    return replace(access, payloads=record.payloads)

@@ -1,5 +1,5 @@
-"""The store's admin roles, as protocols: namespaces, API tokens, the audit log, idempotency
-claims and bulk operations. :class:`Admin` composes them and is part of
+"""The store's admin roles, as protocols: namespaces, API tokens, console sessions, the audit
+log, idempotency claims and bulk operations. :class:`Admin` composes them and is part of
 :class:`~cronbus.store.ports.Store`.
 
 The store keeps these tables and enforces what needs the database to be right (a name taken, a
@@ -17,6 +17,7 @@ from ..admin_records import (
     DEFAULT_NAMESPACE,
     JSON,
     AuditEntry,
+    ConsoleSession,
     IdempotencyRecord,
     Namespace,
     Operation,
@@ -67,11 +68,34 @@ class Tokens(Protocol):
 
     async def revoke_token(self, token_id: str, now: float) -> TokenRecord:
         """Revoke a token (:class:`~cronbus.errors.NotFoundError` if unknown); revoking it
-        again changes nothing (it keeps its first ``revoked_at``)."""
+        again changes nothing (it keeps its first ``revoked_at``). Its console sessions are
+        deleted in the same transaction."""
 
     async def touch_token(self, token_id: str, now: float) -> None:
         """Note that a token was used; written at most once a minute per token (a request
         per token per minute is enough to see which tokens are in use)."""
+
+
+class ConsoleSessions(Protocol):
+    """Console logins, stored by the hash of their random id, each bound to one token."""
+
+    async def put_console_session(self, session: ConsoleSession) -> None:
+        """Store a new session; :class:`~cronbus.errors.ConflictError` if its hash is taken,
+        :class:`~cronbus.errors.NotFoundError` if its token is unknown."""
+
+    async def console_session(self, hash: str) -> tuple[ConsoleSession, TokenRecord] | None:
+        """The session whose id hashes to ``hash`` with its token (read in one query), if any:
+        ended ones too, the services decide (a revoked token's are deleted, though)."""
+
+    async def touch_console_session(self, hash: str, now: float) -> None:
+        """Note that a session was used; written at most once every :data:`TOUCH_EVERY`
+        seconds per session (idle spells are counted in minutes, not requests)."""
+
+    async def delete_console_session(self, hash: str) -> bool:
+        """Delete a session (logout); True if there was one."""
+
+    async def trim_console_sessions(self, now: float, idle: float) -> int:
+        """Delete sessions that ended at ``now`` (expired, or idle ``idle`` seconds); how many."""
 
 
 class Audit(Protocol):
@@ -153,7 +177,7 @@ class Operations(Protocol):
         several; None: all)."""
 
 
-class Admin(Namespaces, Tokens, Audit, Idempotency, Operations, Protocol):
+class Admin(Namespaces, Tokens, ConsoleSessions, Audit, Idempotency, Operations, Protocol):
     """Every admin role of the store."""
 
 

@@ -14,7 +14,14 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..admin_records import AuditEntry, IdempotencyRecord, Operation, OperationState, TokenRecord
+from ..admin_records import (
+    AuditEntry,
+    ConsoleSession,
+    IdempotencyRecord,
+    Operation,
+    OperationState,
+    TokenRecord,
+)
 from .admin_ports import NO_CURSOR, NamespaceFilter, filter_names
 
 Row = Sequence[Any]
@@ -123,3 +130,21 @@ def operation_from_row(row: Row, decode: Decode = json.loads) -> Operation:
         created_at=row[10],
         updated_at=row[11],
     )
+
+
+def console_session_from_row(row: Row) -> ConsoleSession:
+    """A :class:`ConsoleSession` from its five columns (hash, token, created, seen, expires)."""
+    return ConsoleSession(
+        hash=row[0], token_id=row[1], created_at=row[2], last_seen_at=row[3], expires_at=row[4]
+    )
+
+
+def session_params(session: ConsoleSession) -> dict[str, Any]:
+    """The named parameters of a session's insert."""
+    return {
+        "hash": session.hash,
+        "token_id": session.token_id,
+        "created_at": session.created_at,
+        "last_seen_at": session.last_seen_at,
+        "expires_at": session.expires_at,
+    }

@@ -7,8 +7,8 @@ browser's visible tab holding a Web Lock opens it and passes its ticks to the ot
 browser without Web Locks opens one per tab). Every stream of a namespace listens to one
 feed of the process's hub (:mod:`..hub`): twenty streams cost one computation per tick, and a
 tab that closes its stream (hidden) costs nothing. A comment line keeps an idle connection
-open through proxies. The stream checks its token again every minute and ends when it was
-revoked; it ends at once when the server stops (:func:`stop_streams`).
+open through proxies. The stream checks its session again every minute and ends when it ended
+(logout, expiry, its token revoked); it ends at once when the server stops (:func:`stop_streams`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ from fastapi import Request, Response
 from fastapi.responses import StreamingResponse
 
 from ...errors import CronbusError, UnauthorizedError
-from ...services import Services
 from ..hub import HUB, Tick
-from ..session import TOKEN_COOKIE, Console, Session, access_of
+from ..session import SESSION_COOKIE, Console, Session, grant_of
 from .common import console_router
 from .overview import figures
 
@@ -70,10 +69,11 @@ async def _events(request: Request, session: Session) -> AsyncIterator[str]:
 
 
 async def _still_allowed(request: Request, session: Session) -> bool:
-    """True while the stream's token works and still sees its namespace."""
-    token = request.cookies.get(TOKEN_COOKIE, "")
+    """True while the stream's session lives (not logged out, idle, expired, nor its token
+    revoked) and its token still sees its namespace."""
+    session_id = request.cookies.get(SESSION_COOKIE, "")
     try:
-        access = await access_of(Services(session.services.app), token)
+        access = (await grant_of(request, session_id)).access
     except UnauthorizedError:
         return False
     except CronbusError:  # the store is down: the token is asked about again next time

@@ -1,4 +1,5 @@
-"""The admin tables in the PostgreSQL store: namespaces, tokens, audit, idempotency, operations
+"""The admin tables in the PostgreSQL store: namespaces, tokens, console sessions, audit,
+idempotency, operations
 (:class:`~cronbus.store.admin_ports.Admin`).
 
 Uniqueness decides what must have one winner: a namespace or token created twice, two claims
@@ -18,6 +19,7 @@ from psycopg.types.json import Jsonb
 from ...admin_records import (
     JSON,
     AuditEntry,
+    ConsoleSession,
     IdempotencyRecord,
     Namespace,
     Operation,
@@ -29,10 +31,12 @@ from ..admin_ports import NamespaceFilter, check_not_default, check_unused
 from ..admin_rows import (
     Row,
     audit_from_row,
+    console_session_from_row,
     idempotency_from_row,
     listing,
     operation_changes,
     operation_from_row,
+    session_params,
     token_from_row,
 )
 from ..event_rows import decoded
@@ -121,7 +125,7 @@ class PostgresAdmin(Connected):
 
     async def revoke_token(self, token_id: str, now: float) -> TokenRecord:
         """Revoke a token (NotFoundError if unknown); a revoked one keeps its ``revoked_at``."""
-        row = await self._db.one(aq.REVOKE_TOKEN, (now, token_id))
+        row = await self._db.one(aq.REVOKE_TOKEN, {"id": token_id, "now": now})
         if row is None:
             raise NotFoundError(f"no token with id {token_id!r}")
         return stored_token(row)
@@ -129,6 +133,35 @@ class PostgresAdmin(Connected):
     async def touch_token(self, token_id: str, now: float) -> None:
         """Note that a token was used (written at most once a minute)."""
         await self._db.execute(aq.TOUCH_TOKEN, {"id": token_id, "now": now})
+
+    # -- console sessions ----------------------------------------------------------------------
+    async def put_console_session(self, session: ConsoleSession) -> None:
+        """Store a new session (ConflictError if its hash is taken, NotFoundError if its token
+        is unknown or revoked)."""
+        if await self._db.execute(aq.INSERT_CONSOLE_SESSION, session_params(session)):
+            return
+        if await self._db.one(aq.CONSOLE_SESSION_TAKEN, (session.hash,)) is not None:
+            raise ConflictError("a console session with this id exists")
+        raise NotFoundError(f"no live token with id {session.token_id!r}")
+
+    async def console_session(self, hash: str) -> tuple[ConsoleSession, TokenRecord] | None:
+        """The session whose id hashes to ``hash``, with its token, if any."""
+        row = await self._db.one(aq.CONSOLE_SESSION, (hash,))
+        if row is None:
+            return None
+        return console_session_from_row(row[:5]), stored_token(row[5:])
+
+    async def touch_console_session(self, hash: str, now: float) -> None:
+        """Note that a session was used (written at most once a minute)."""
+        await self._db.execute(aq.TOUCH_CONSOLE_SESSION, {"hash": hash, "now": now})
+
+    async def delete_console_session(self, hash: str) -> bool:
+        """Delete a session; True if there was one."""
+        return bool(await self._db.execute(aq.DELETE_CONSOLE_SESSION, (hash,)))
+
+    async def trim_console_sessions(self, now: float, idle: float) -> int:
+        """Delete sessions that ended at ``now``; how many."""
+        return await self._db.execute(aq.TRIM_CONSOLE_SESSIONS, {"now": now, "idle": idle})
 
     # -- audit ---------------------------------------------------------------------------------
     async def record_audit(self, entries: Sequence[AuditEntry]) -> None:

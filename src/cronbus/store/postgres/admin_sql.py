@@ -44,12 +44,39 @@ ON CONFLICT DO NOTHING
 GET_TOKEN = f"SELECT {_TOKEN} FROM tokens WHERE id = %s"
 TOKEN_BY_HASH = f"SELECT {_TOKEN} FROM tokens WHERE hash = %s"
 LIST_TOKENS = f"SELECT {_TOKEN} FROM tokens ORDER BY created_at, id"
+# The token's console sessions go in the same statement: a revoked token keeps no login.
 REVOKE_TOKEN = f"""
-UPDATE tokens SET revoked_at = coalesce(revoked_at, %s) WHERE id = %s RETURNING {_TOKEN}
+WITH ended AS (DELETE FROM console_sessions WHERE token_id = %(id)s)
+UPDATE tokens SET revoked_at = coalesce(revoked_at, %(now)s) WHERE id = %(id)s
+RETURNING {_TOKEN}
 """
 TOUCH_TOKEN = f"""
 UPDATE tokens SET last_used_at = %(now)s
 WHERE id = %(id)s AND (last_used_at IS NULL OR last_used_at <= %(now)s - {TOUCH_EVERY})
+"""
+
+# -- console sessions ----------------------------------------------------------------------
+# Only for a token that exists and is not revoked: a session is never opened for a dead token.
+INSERT_CONSOLE_SESSION = """
+INSERT INTO console_sessions (hash, token_id, created_at, last_seen_at, expires_at)
+SELECT %(hash)s, id, %(created_at)s, %(last_seen_at)s, %(expires_at)s FROM tokens
+WHERE id = %(token_id)s AND revoked_at IS NULL
+ON CONFLICT DO NOTHING
+"""
+CONSOLE_SESSION_TAKEN = "SELECT 1 FROM console_sessions WHERE hash = %s"
+_TOKEN_OF_SESSION = ", ".join("t." + column.strip() for column in _TOKEN.split(","))
+CONSOLE_SESSION = f"""
+SELECT s.hash, s.token_id, s.created_at, s.last_seen_at, s.expires_at, {_TOKEN_OF_SESSION}
+FROM console_sessions AS s JOIN tokens AS t ON t.id = s.token_id WHERE s.hash = %s
+"""
+TOUCH_CONSOLE_SESSION = f"""
+UPDATE console_sessions SET last_seen_at = %(now)s
+WHERE hash = %(hash)s AND last_seen_at <= %(now)s - {TOUCH_EVERY}
+"""
+DELETE_CONSOLE_SESSION = "DELETE FROM console_sessions WHERE hash = %s"
+TRIM_CONSOLE_SESSIONS = """
+DELETE FROM console_sessions
+WHERE expires_at <= %(now)s OR last_seen_at <= %(now)s::float8 - %(idle)s::float8
 """
 
 # -- audit ---------------------------------------------------------------------------------

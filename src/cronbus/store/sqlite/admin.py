@@ -1,4 +1,5 @@
-"""The admin tables in the SQLite store: namespaces, tokens, audit, idempotency, operations
+"""The admin tables in the SQLite store: namespaces, tokens, console sessions, audit,
+idempotency, operations
 (:class:`~cronbus.store.admin_ports.Admin`).
 
 Every check and the change it guards run in one write transaction, which holds the database's
@@ -17,6 +18,7 @@ from typing import Any
 from ...admin_records import (
     JSON,
     AuditEntry,
+    ConsoleSession,
     IdempotencyRecord,
     Namespace,
     Operation,
@@ -27,10 +29,12 @@ from ...errors import ConflictError, NotFoundError
 from ..admin_ports import NamespaceFilter, check_not_default, check_unused
 from ..admin_rows import (
     audit_from_row,
+    console_session_from_row,
     idempotency_from_row,
     listing,
     operation_changes,
     operation_from_row,
+    session_params,
     token_from_row,
 )
 from . import admin_sql as aq
@@ -108,10 +112,7 @@ class SqliteAdmin(Connected):
 
     async def revoke_token(self, token_id: str, now: float) -> TokenRecord:
         """Revoke a token (NotFoundError if unknown); a revoked one keeps its ``revoked_at``."""
-        row = await self._transact(fetch_one, aq.REVOKE_TOKEN, (now, token_id), inline="write")
-        if row is None:
-            raise NotFoundError(f"no token with id {token_id!r}")
-        return stored_token(row)
+        return await self._transact(_revoke_token, token_id, now, inline="write")
 
     async def touch_token(self, token_id: str, now: float) -> None:
         """Note that a token was used (written at most once a minute)."""
@@ -120,6 +121,38 @@ class SqliteAdmin(Connected):
         # every API request touches its token.
         if await self._one(aq.TOUCH_DUE, params, inline="read"):
             await self._transact(execute, aq.TOUCH_TOKEN, params, durable=False, inline="write")
+
+    # -- console sessions ----------------------------------------------------------------------
+    async def put_console_session(self, session: ConsoleSession) -> None:
+        """Store a new session (ConflictError if its hash is taken, NotFoundError if its token
+        is unknown or revoked)."""
+        await self._transact(_put_session, session_params(session), inline="write")
+
+    async def console_session(self, hash: str) -> tuple[ConsoleSession, TokenRecord] | None:
+        """The session whose id hashes to ``hash``, with its token, if any."""
+        row = await self._one(aq.CONSOLE_SESSION, (hash,), inline="read")
+        if row is None:
+            return None
+        return console_session_from_row(row[:5]), stored_token(row[5:])
+
+    async def touch_console_session(self, hash: str, now: float) -> None:
+        """Note that a session was used (written at most once a minute)."""
+        params = {"hash": hash, "now": now}
+        await self._transact(
+            execute, aq.TOUCH_CONSOLE_SESSION, params, durable=False, inline="write"
+        )
+
+    async def delete_console_session(self, hash: str) -> bool:
+        """Delete a session; True if there was one."""
+        params = (hash,)
+        return bool(
+            await self._transact(execute, aq.DELETE_CONSOLE_SESSION, params, inline="write")
+        )
+
+    async def trim_console_sessions(self, now: float, idle: float) -> int:
+        """Delete sessions that ended at ``now``; how many."""
+        params = {"now": now, "idle": idle}
+        return await self._transact(execute, aq.TRIM_CONSOLE_SESSIONS, params, durable=False)
 
     # -- audit ---------------------------------------------------------------------------------
     async def record_audit(self, entries: Sequence[AuditEntry]) -> None:
@@ -225,6 +258,23 @@ def _delete_namespace(conn: sqlite3.Connection, name: str, now: float | None) ->
     users = [row[0] for row in conn.execute(aq.NAMESPACE_USERS, {"name": name, "now": now})]
     check_unused(name, users)
     conn.execute(aq.DELETE_NAMESPACE, (name,))
+
+
+def _revoke_token(conn: sqlite3.Connection, token_id: str, now: float) -> TokenRecord:
+    row = conn.execute(aq.REVOKE_TOKEN, (now, token_id)).fetchone()
+    if row is None:
+        raise NotFoundError(f"no token with id {token_id!r}")
+    # In the revocation's transaction: no console session outlives its token.
+    conn.execute(aq.DELETE_TOKEN_SESSIONS, (token_id,))
+    return stored_token(row)
+
+
+def _put_session(conn: sqlite3.Connection, params: dict[str, Any]) -> None:
+    if conn.execute(aq.INSERT_CONSOLE_SESSION, params).rowcount:
+        return
+    if conn.execute(aq.CONSOLE_SESSION_TAKEN, (params["hash"],)).fetchone() is not None:
+        raise ConflictError("a console session with this id exists")
+    raise NotFoundError(f"no live token with id {params['token_id']!r}")
 
 
 def _execute_many(conn: sqlite3.Connection, sql: str, rows: Sequence[Row]) -> None:

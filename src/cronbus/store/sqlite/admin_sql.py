@@ -47,6 +47,30 @@ _TOUCH_DUE = f"id = :id AND (last_used_at IS NULL OR last_used_at <= :now - {TOU
 TOUCH_DUE = f"SELECT 1 FROM tokens WHERE {_TOUCH_DUE}"
 TOUCH_TOKEN = f"UPDATE tokens SET last_used_at = :now WHERE {_TOUCH_DUE}"
 
+# -- console sessions ----------------------------------------------------------------------
+# Only for a token that exists and is not revoked: a session is never opened for a dead token.
+INSERT_CONSOLE_SESSION = """
+INSERT INTO console_sessions (hash, token_id, created_at, last_seen_at, expires_at)
+SELECT :hash, id, :created_at, :last_seen_at, :expires_at FROM tokens
+WHERE id = :token_id AND revoked_at IS NULL
+ON CONFLICT DO NOTHING
+"""
+CONSOLE_SESSION_TAKEN = "SELECT 1 FROM console_sessions WHERE hash = ?"
+_TOKEN_OF_SESSION = ", ".join("t." + column.strip() for column in _TOKEN.split(","))
+CONSOLE_SESSION = f"""
+SELECT s.hash, s.token_id, s.created_at, s.last_seen_at, s.expires_at, {_TOKEN_OF_SESSION}
+FROM console_sessions AS s JOIN tokens AS t ON t.id = s.token_id WHERE s.hash = ?
+"""
+TOUCH_CONSOLE_SESSION = f"""
+UPDATE console_sessions SET last_seen_at = :now
+WHERE hash = :hash AND last_seen_at <= :now - {TOUCH_EVERY}
+"""
+DELETE_CONSOLE_SESSION = "DELETE FROM console_sessions WHERE hash = ?"
+DELETE_TOKEN_SESSIONS = "DELETE FROM console_sessions WHERE token_id = ?"
+TRIM_CONSOLE_SESSIONS = """
+DELETE FROM console_sessions WHERE expires_at <= :now OR last_seen_at <= :now - :idle
+"""
+
 # -- audit ---------------------------------------------------------------------------------
 INSERT_AUDIT = """
 INSERT INTO audit (at, actor, namespace, action, resource, detail) VALUES (?, ?, ?, ?, ?, ?)

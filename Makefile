@@ -49,7 +49,8 @@ test-week: $(STAMP)  ## the retention test of issue 14 at full size: 1,000,000 r
 	CRONBUS_WEEK_RUNS=1000000 CRONBUS_WEEK_STRICT=1 $(PY) -m pytest -s -q -m slow tests/integration/test_retention_week.py
 
 sqlite-soak: $(STAMP)  ## issue 30's two-process SQLite test (a role and CLI commands, two roles) for 1,000 rounds
-	CRONBUS_SQLITE_SOAK_ROUNDS=1000 $(PY) -m pytest -q -p no:cacheprovider -o timeout=7200 \
+	@# Its two cases side by side (-n 2): each round waits on CLI processes more than on a core.
+	CRONBUS_SQLITE_SOAK_ROUNDS=1000 $(PY) -m pytest -q -p no:cacheprovider -o timeout=7200 -n 2 \
 		tests/acceptance/test_cli_store_faults.py -k second_process
 
 bench: $(BENCH_STAMP)  ## print throughput and latency figures, then cronbus beside Huey and Dramatiq

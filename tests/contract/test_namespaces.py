@@ -1,5 +1,6 @@
 """The store contract for namespaces: every record keeps its namespace, claims and the queues a
-worker sees stay in theirs, names are unique per store, and an operator can drain a worker."""
+worker sees stay in theirs, names are unique per store, idempotency keys per namespace,
+and an operator can drain a worker."""
 
 from __future__ import annotations
 
@@ -100,6 +101,47 @@ async def test_ready_queues_and_next_eta_are_per_namespace(store: Store) -> None
     assert await store.next_eta(["later"], "b") == T0 + 90
     assert await store.next_eta(["later"], "a") is None
     assert await store.next_eta(None) is None
+
+
+async def test_an_idempotency_key_is_unique_per_namespace(store: Store) -> None:
+    # A key held in one namespace is no one else's business: another namespace that uses it
+    # gets a run of its own, never the first one's id (nor a refusal that says it exists).
+    (a,) = await store.defer([new("a", idempotency_key="k")], T0)
+    (b,) = await store.defer([new("b", idempotency_key="k")], T0)
+    assert a.created
+    assert b.created
+    assert b.id != a.id
+    assert (await store.get_run(b.id)).namespace == "b"
+    # In one batch: a repeat in each namespace returns that namespace's run, and a key used
+    # twice in a new namespace makes one run there.
+    done = await store.defer(
+        [
+            new("b", idempotency_key="k"),
+            new("a", idempotency_key="k"),
+            new("c", idempotency_key="k"),
+            new("c", idempotency_key="k"),
+        ],
+        T0,
+    )
+    assert [(d.id, d.created) for d in done[:2]] == [(b.id, False), (a.id, False)]
+    assert done[2].created
+    assert (done[3].id, done[3].created) == (done[2].id, False)
+    assert (await store.get_run(done[2].id)).namespace == "c"
+    assert len({a.id, b.id, done[2].id}) == 3
+
+
+async def test_an_idempotency_key_is_per_namespace_on_routed_runs(store: Store) -> None:
+    # Runs with a limit take the store's other insert (routing columns): the same rule holds.
+    limited = {"limit_key": "t", "limit_max": 1}
+    (a,) = await store.defer([new("a", idempotency_key="k", **limited)], T0)
+    b, again = await store.defer(
+        [new("b", idempotency_key="k", **limited), new("a", idempotency_key="k", **limited)], T0
+    )
+    assert a.created
+    assert b.created
+    assert b.id != a.id
+    assert (again.id, again.created) == (a.id, False)
+    assert (await store.get_run(b.id)).namespace == "b"
 
 
 async def test_job_runs_inherit_the_jobs_namespace(store: Store) -> None:

@@ -204,12 +204,16 @@ async def test_admin_of_some_namespaces_only(opened: App) -> None:
 
 
 async def test_idempotency_key_of_another_namespace(opened: App, services: Services) -> None:
-    await services.runs.defer("add", [1, 2], idempotency_key="shared")
+    mine = await services.runs.defer("add", [1, 2], idempotency_key="shared")
     other = Services(opened, OTHER, namespace="other")
-    # Keys are unique per store: the other namespace's run is neither returned nor shown.
-    with pytest.raises(ConflictError, match="taken by a run of another namespace"):
-        await other.runs.defer("add", [1, 2], idempotency_key="shared")
-    assert (await other.runs.list()).items == []
+    # Keys are unique per namespace: the other namespace gets a run of its own, and neither
+    # sees the other's.
+    theirs = await other.runs.defer("add", [1, 2], idempotency_key="shared")
+    assert theirs.created
+    assert theirs.run.id != mine.run.id
+    assert theirs.run.namespace == "other"
+    assert [r.id for r in (await other.runs.list()).items] == [theirs.run.id]
+    assert [r.id for r in (await services.runs.list()).items] == [mine.run.id]
 
 
 async def test_app_services_default_to_local_in_the_apps_namespace(opened: App) -> None:

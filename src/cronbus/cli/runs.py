@@ -306,7 +306,7 @@ def _shown(value: str) -> str:
 @click.option(
     "--idempotency-key",
     metavar="KEY",
-    help="Create the run only once per key; later calls return the first run's id.",
+    help="Create the run once per key in its namespace; later calls return the first run's id.",
 )
 @click.option(
     "--broadcast",

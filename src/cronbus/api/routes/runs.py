@@ -88,7 +88,8 @@ async def defer(
     traceparent: Annotated[str | None, Header(max_length=200, include_in_schema=False)] = None,
     tracestate: Annotated[str | None, Header(max_length=600, include_in_schema=False)] = None,
 ) -> DeferResult:
-    """Create a run (201), or return the run an equal ``idempotency_key`` made (200).
+    """Create a run (201), or return the run an equal ``idempotency_key`` made in this namespace
+    (200).
 
     A W3C ``traceparent`` header (with the ``otel`` extra) makes the run's attempts continue
     the caller's trace."""

@@ -82,7 +82,9 @@ def insert_keyed_runs(full: bool) -> str:
     target covers every unique key, and a row repeated within the batch loses to its first
     occurrence. The statement's snapshot cannot see rows it inserted itself, so those ids are
     looked up in ``inserted``; a run committed by another transaction after the snapshot comes
-    back NULL (see ``RUN_BY_KEY_OR_FIRE``), as does a child whose place is taken."""
+    back NULL (see ``RUN_BY_KEY_OR_FIRE``), as does a child whose place is taken. A key is
+    unique per namespace (0017), so it is looked up in the new run's namespace only: another
+    namespace's run is never returned."""
     return f"""
 WITH new AS ({_new_runs(full)}),
 inserted AS ({_insert_new_runs(full)} ON CONFLICT DO NOTHING RETURNING id),
@@ -94,8 +96,9 @@ payloads AS (
 SELECT i.id IS NOT NULL, coalesce(
     i.id,
     (SELECT w.id FROM new w JOIN inserted x ON x.id = w.id
-     WHERE w.idempotency_key = n.idempotency_key),
-    (SELECT r.id FROM runs r WHERE r.idempotency_key = n.idempotency_key),
+     WHERE w.namespace = n.namespace AND w.idempotency_key = n.idempotency_key),
+    (SELECT r.id FROM runs r
+     WHERE r.namespace = n.namespace AND r.idempotency_key = n.idempotency_key),
     (SELECT w.id FROM new w JOIN inserted x ON x.id = w.id
      WHERE w.job_id = n.job_id AND w.fire_at = n.fire_at),
     (SELECT r.id FROM runs r WHERE r.job_id = n.job_id AND r.fire_at = n.fire_at))

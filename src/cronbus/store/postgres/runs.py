@@ -78,7 +78,12 @@ class PostgresRuns(Connected):
         return out
 
     async def _existing_run(self, run: NewRun) -> int:
-        params = {"key": run.idempotency_key, "job_id": run.job_id, "fire_at": run.fire_at}
+        params = {
+            "namespace": run.namespace,
+            "key": run.idempotency_key,
+            "job_id": run.job_id,
+            "fire_at": run.fire_at,
+        }
         row = await self._db.one(q.RUN_BY_KEY_OR_FIRE, params)
         if row is None or row[0] is None:
             what = run.idempotency_key or f"job {run.job_id} at {run.fire_at}"

@@ -86,7 +86,7 @@ ENDED_WAITERS_UNLOCK = "SELECT pg_advisory_unlock_shared(1701733988, hashtext(cu
 # -- runs: insert (the statements are built in insert_sql) -------------------------------------
 RUN_BY_KEY_OR_FIRE = """
 SELECT coalesce(
-    (SELECT id FROM runs WHERE idempotency_key = %(key)s),
+    (SELECT id FROM runs WHERE namespace = %(namespace)s AND idempotency_key = %(key)s),
     (SELECT id FROM runs WHERE job_id = %(job_id)s AND fire_at = %(fire_at)s))
 """
 

@@ -45,7 +45,8 @@ def execute_many(conn: sqlite3.Connection, sql: str, rows: Any) -> None:
 
 def insert_rows(conn: sqlite3.Connection, runs: Sequence[NewRun], now: float) -> list[Deferred]:
     """Insert runs and their payloads as they are (targets chosen, fan-outs not expanded: see
-    :func:`.fanout.insert_runs`); a known idempotency key or (job, fire) returns its run.
+    :func:`.fanout.insert_runs`); a known idempotency key (of the run's namespace: keys are
+    unique per namespace) or (job, fire) returns its run.
 
     Runs without a key go in with one ``executemany`` per statement (runs that use routing,
     limits or fan-out bind more columns), their ids read from ``sqlite_sequence`` (the write
@@ -79,7 +80,7 @@ def insert_rows(conn: sqlite3.Connection, runs: Sequence[NewRun], now: float) ->
             payloads.append((row[0], run.args_json, run.kwargs_json, run.namespace, now, run.trace))
             continue
         if run.idempotency_key is not None:
-            existing = conn.execute(q.RUN_BY_KEY, (run.idempotency_key,)).fetchone()
+            existing = conn.execute(q.RUN_BY_KEY, (run.namespace, run.idempotency_key)).fetchone()
         else:
             existing = conn.execute(q.RUN_BY_FIRE, (run.job_id, run.fire_at)).fetchone()
         out[i] = Deferred(id=existing[0], created=False)

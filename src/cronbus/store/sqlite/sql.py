@@ -37,7 +37,8 @@ VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 
 # Without a target, DO NOTHING covers every unique key: the idempotency key and (job, fire).
 INSERT_KEYED_RUN = INSERT_FULL_RUN + " ON CONFLICT DO NOTHING RETURNING id"
 RUN_BY_FIRE = "SELECT id FROM runs WHERE job_id = ? AND fire_at = ?"
-RUN_BY_KEY = "SELECT id FROM runs WHERE idempotency_key = ?"
+# An idempotency key is unique per namespace (0017): another namespace's run is never found.
+RUN_BY_KEY = "SELECT id FROM runs WHERE namespace = ? AND idempotency_key = ?"
 INSERT_PAYLOAD = """
 INSERT INTO run_payloads (run_id, args, kwargs, namespace, created_at, trace)
 VALUES (?, ?, ?, ?, ?, ?)

@@ -291,7 +291,7 @@ async def test_a_second_process_on_the_file_keeps_the_wal_and_sees_every_write(
             "defer", "apps.worker_app.noop", "--app", "apps.worker_app", *store, cwd=tmp_path
         )
         assert status == 0, err
-        run_id = out.split()[-1] if out.split() else ""
+        assert out.startswith("run "), out  # "run 7 created"
         wal_is_shared(role.path, role.proc)
 
         async def done(wanted: int = round_ + 1) -> bool:
@@ -306,4 +306,51 @@ async def test_a_second_process_on_the_file_keeps_the_wal_and_sees_every_write(
         wal_is_shared(role.path, role.proc)
         if second == "role":
             wal_is_shared(role.path, other.proc)
-        assert run_id
+
+
+SIDE_PROCESSES = [
+    ("migrate",),
+    ("runs", "purge", "--older-than", "0"),  # retention's batches and incremental vacuum
+    ("role", "worker"),  # a role that opens the store, takes its own writer lock file, stops
+    ("role", "scheduler"),
+]
+"""Issue 30 item 2: the other processes that open the store's files beside a running role."""
+
+
+@pytest.mark.parametrize("side", SIDE_PROCESSES, ids=lambda side: "-".join(side))
+async def test_migrate_retention_and_a_role_that_stops_leave_the_running_role_its_wal(
+    tmp_path: Path, roles: list[Role], side: tuple[str, ...]
+) -> None:
+    role = Role("server", tmp_path / "x.db", tmp_path / "server.log")
+    roles.append(role)
+    await role.started()
+    store = ("--store", f"sqlite:///{role.path}")
+
+    async def ran_one() -> None:
+        status, out, err = await cronbus(
+            "defer", "apps.worker_app.noop", "--app", "apps.worker_app", *store, cwd=tmp_path
+        )
+        assert status == 0, err
+        run_id = out.split()[1]  # "run 7 created"
+
+        async def done() -> bool:
+            status, out, err = await cronbus("runs", "show", run_id, "--json", *store)
+            assert status == 0, err
+            return '"succeeded"' in out
+
+        await until(done, timeout=DEADLINE_SECONDS)
+
+    for _ in range(2):
+        await ran_one()  # something finished for the purge; a run seen done before and after
+        if side[0] == "role":
+            other = Role(side[1], role.path, tmp_path / f"{side[1]}.log")
+            roles.append(other)
+            await other.started()
+            other.proc.terminate()
+            assert await wait_exit(other.proc, EXIT_SECONDS) == 0, other.text()
+        else:
+            status, _, err = await cronbus(*side, *store, cwd=tmp_path)
+            assert status == 0, err
+        wal_is_shared(role.path, role.proc)
+        await ran_one()
+        wal_is_shared(role.path, role.proc)
